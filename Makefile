@@ -1,0 +1,56 @@
+# MemQ-py: every set-up step lives here, so a fresh clone needs only `make demo` / `make test`.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+PYTEST_ARGS ?=
+
+.PHONY: help install demo test lint typecheck unit integration bench clean dev-up dev-down
+
+help:
+	@echo "make demo   set up .venv, start the local stack, run the end-to-end demo, stop the stack"
+	@echo "make test   set up .venv, run ruff, mypy and the whole pytest suite (real local servers)"
+	@echo "make bench  run the benchmarks (writes benchmarks/results/)"
+	@echo "make clean  remove .venv, caches and the local stack's state"
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "MemQ-py needs Python 3.11+: run make PYTHON=/path/to/python3.11")'
+	@command -v java >/dev/null 2>&1 || echo "note: java (17+) is not on PATH: the local ZooKeeper needs it (apt-get install openjdk-17-jre-headless)"
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev,spark]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	$(BIN)/memq demo
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: install
+	$(BIN)/mypy
+
+test: lint typecheck
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+unit: install
+	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
+
+integration: install
+	$(BIN)/python -m pytest tests/integration $(PYTEST_ARGS)
+
+bench: install
+	$(BIN)/python benchmarks/bench_formats.py
+
+dev-up: install
+	$(BIN)/memq dev up
+
+dev-down: install
+	$(BIN)/memq dev down
+
+clean:
+	-@[ -x $(BIN)/memq ] && $(BIN)/memq dev down >/dev/null 2>&1 || true
+	rm -rf $(VENV) .memq .mypy_cache .ruff_cache .pytest_cache .hypothesis *.egg-info

@@ -1,0 +1,1 @@
+"""The MemQ consumer: notification polling, direct object fetch with prefetch, commits, seeks."""

@@ -1,0 +1,148 @@
+"""``memq dev``: the local stack of real servers (S3, Kafka protocol, ZooKeeper)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from memq.cli.options import STATE_DIR, stack
+
+app = typer.Typer(
+    help="Run the local stack: moto S3, Tansu (Kafka protocol) and ZooKeeper on 127.0.0.1.",
+    no_args_is_help=True,
+)
+out = Console()
+err = Console(stderr=True)
+
+
+@app.command()
+def up(
+    state_dir: Path | None = STATE_DIR,
+    s3_port: int | None = typer.Option(None, help="Fixed port for S3 (default: a free one)."),
+    kafka_port: int | None = typer.Option(None, help="Fixed port for Kafka (default: a free one)."),
+    zk_port: int | None = typer.Option(
+        None, help="Fixed port for ZooKeeper (default: a free one)."
+    ),
+) -> None:
+    """Start the servers (skipping any named by MEMQ_S3_ENDPOINT, MEMQ_KAFKA_BOOTSTRAP,
+    MEMQ_ZK_CONNECT) and wait until each is ready."""
+    s = stack(state_dir)
+    t0 = time.monotonic()
+    with err.status("starting the local stack...") as status:
+        state = s.up(
+            ports={"s3": s3_port, "kafka": kafka_port, "zookeeper": zk_port},
+            progress=status.console.log,
+        )
+    err.print(f"local stack up in {time.monotonic() - t0:.1f} s (state: {state.state_dir})")
+    _print_table(s)
+
+
+def _print_table(s: object) -> None:
+    from memq.devstack import DevStack
+
+    assert isinstance(s, DevStack)
+    health = s.status()
+    state = s.load()
+    if not health or state is None:
+        out.print(f"no local stack under {s.state_dir}: run `memq dev up`")
+        raise typer.Exit(1)
+    t = Table(title=f"MemQ local stack ({state.state_dir})")
+    for col in ("service", "endpoint", "pid", "health"):
+        t.add_column(col)
+    for h in health:
+        mark = "[green]healthy[/green]" if h.healthy else f"[red]{h.problem}[/red]"
+        pid = "external" if h.external else str(h.pid)
+        t.add_row(h.name, h.endpoint, pid, mark)
+    out.print(t)
+    out.print(
+        f"S3 bucket: {state.bucket}    Kafka bootstrap: {state.kafka_bootstrap}    "
+        f"ZooKeeper: {state.zk_connect}"
+    )
+    if not all(h.healthy for h in health):
+        raise typer.Exit(1)
+
+
+@app.command()
+def status(
+    state_dir: Path | None = STATE_DIR,
+    as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
+) -> None:
+    """Show each server, its endpoint, pid and live health (exit 1 if any is unhealthy)."""
+    s = stack(state_dir)
+    if not as_json:
+        _print_table(s)
+        return
+    state = s.load()
+    health = {h.name: h for h in s.status()}
+    if state is None:
+        out.print_json(json.dumps({"running": False, "state_dir": str(s.state_dir)}))
+        raise typer.Exit(1)
+    doc = {
+        "running": True,
+        "state_dir": state.state_dir,
+        "healthy": all(h.healthy for h in health.values()),
+        "s3": {
+            **health["s3"].as_dict(),
+            "bucket": state.bucket,
+            "region": state.s3.details.get("region"),
+        },
+        "kafka": {**health["kafka"].as_dict(), "bootstrap": state.kafka_bootstrap},
+        "zookeeper": {**health["zookeeper"].as_dict(), "connect": state.zk_connect},
+        "brokers": state.extra.get("brokers", []),
+    }
+    typer.echo(json.dumps(doc, indent=2))
+    if not doc["healthy"]:
+        raise typer.Exit(1)
+
+
+@app.command()
+def down(
+    state_dir: Path | None = STATE_DIR,
+    timeout: float = typer.Option(10.0, help="Seconds to wait after SIGTERM before SIGKILL."),
+) -> None:
+    """Stop every process the stack started (and only those)."""
+    s = stack(state_dir)
+    stopped = s.down(timeout=timeout, progress=err.print)
+    err.print("local stack stopped" if stopped else f"no local stack under {s.state_dir}")
+
+
+@app.command()
+def logs(
+    name: str = typer.Argument("all", help="s3, kafka, zookeeper, a broker name, or all."),
+    state_dir: Path | None = STATE_DIR,
+    lines: int = typer.Option(40, "--lines", "-n", help="Lines to show from the end."),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines."),
+) -> None:
+    """Show the log of one component (or the tail of all of them)."""
+    s = stack(state_dir)
+    state = s.require()
+    names = [*state.services, *(b["name"] for b in state.extra.get("brokers", []))]
+    chosen = names if name == "all" else [name]
+    paths = {n: s.log_path(n) for n in chosen}
+    for n, p in paths.items():
+        if len(paths) > 1:
+            out.rule(n)
+        text = p.read_text(errors="replace").splitlines() if p.exists() else []
+        for line in text[-lines:]:
+            typer.echo(line)
+    if follow:
+        handles = {n: open(p, errors="replace") for n, p in paths.items()}  # noqa: SIM115
+        for h in handles.values():
+            h.seek(0, 2)
+        try:
+            while True:
+                idle = True
+                for n, h in handles.items():
+                    for line in h.readlines():
+                        idle = False
+                        typer.echo(f"[{n}] {line.rstrip()}" if len(handles) > 1 else line.rstrip())
+                if idle:
+                    time.sleep(0.2)
+        finally:
+            for h in handles.values():
+                h.close()

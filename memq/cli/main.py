@@ -1,0 +1,63 @@
+"""The ``memq`` command line."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import typer
+from rich.console import Console
+
+from memq import __version__
+from memq.cli import demo as demo_cmd
+from memq.cli import dev as dev_cmd
+from memq.errors import MemqError
+
+__all__ = ["app", "main"]
+
+err = Console(stderr=True)
+
+app = typer.Typer(
+    name="memq",
+    help="MemQ-py: object-store micro-batching pub/sub (brokers batch into S3, pointers in Kafka).",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+app.add_typer(dev_cmd.app, name="dev")
+app.command("demo")(demo_cmd.demo)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"memq {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    log_level: str = typer.Option(
+        "WARNING", "--log-level", envvar="MEMQ_LOG_LEVEL", help="DEBUG, INFO, WARNING or ERROR."
+    ),
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+
+
+def main() -> None:
+    try:
+        app()
+    except MemqError as e:
+        err.print(f"[bold red]error:[/bold red] {e}", highlight=False)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

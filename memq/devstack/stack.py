@@ -1,0 +1,317 @@
+"""The local development stack: start, inspect and stop real servers under a state dir.
+
+State lives in ``<state dir>/stack.json`` (default ``.memq/``): one entry per server
+with its endpoint, pid, process start time and log file. ``down`` stops exactly the
+processes recorded there, and nothing else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from memq.devstack import procs
+from memq.devstack.services import (
+    SERVICES,
+    KafkaService,
+    S3Service,
+    Service,
+    ServiceState,
+    ZooKeeperService,
+)
+from memq.errors import DevStackError
+
+__all__ = [
+    "DEFAULT_STATE_DIR",
+    "DevStack",
+    "KafkaService",
+    "S3Service",
+    "ServiceHealth",
+    "StackState",
+    "ZooKeeperService",
+    "default_state_dir",
+]
+
+DEFAULT_STATE_DIR = ".memq"
+
+
+def default_state_dir() -> Path:
+    return Path(os.environ.get("MEMQ_STATE_DIR", DEFAULT_STATE_DIR))
+
+
+class StackState(BaseModel):
+    """Everything a client needs to reach the local stack (``stack.json``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    state_dir: str
+    services: dict[str, ServiceState]
+    extra: dict[str, Any] = {}
+
+    @property
+    def s3(self) -> ServiceState:
+        return self.services["s3"]
+
+    @property
+    def kafka(self) -> ServiceState:
+        return self.services["kafka"]
+
+    @property
+    def zookeeper(self) -> ServiceState:
+        return self.services["zookeeper"]
+
+    @property
+    def s3_endpoint(self) -> str:
+        return self.s3.endpoint
+
+    @property
+    def bucket(self) -> str:
+        return self.s3.details["bucket"]
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        return self.kafka.endpoint
+
+    @property
+    def zk_connect(self) -> str:
+        return self.zookeeper.endpoint
+
+    def s3_client(self, **kw: Any) -> Any:
+        from memq.devstack.clients import s3_client
+
+        return s3_client(self.s3, **kw)
+
+    def aws_env(self) -> dict[str, str]:
+        from memq.devstack.clients import aws_env
+
+        return aws_env(self.s3)
+
+
+@dataclass(frozen=True)
+class ServiceHealth:
+    name: str
+    endpoint: str
+    pid: int | None
+    external: bool
+    running: bool
+    problem: str | None
+
+    @property
+    def healthy(self) -> bool:
+        return self.running and self.problem is None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "endpoint": self.endpoint,
+            "pid": self.pid,
+            "external": self.external,
+            "healthy": self.healthy,
+            "problem": self.problem,
+        }
+
+
+_BY_NAME: dict[str, type[Service]] = {s.name: s for s in SERVICES}
+
+
+class DevStack:
+    """Start/inspect/stop the local stack recorded under ``state_dir``."""
+
+    def __init__(self, state_dir: Path | str | None = None) -> None:
+        self.state_dir = Path(state_dir) if state_dir is not None else default_state_dir()
+
+    @property
+    def state_file(self) -> Path:
+        return self.state_dir / "stack.json"
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.state_dir / ".lock", "w") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
+    def load(self) -> StackState | None:
+        try:
+            return StackState.model_validate_json(self.state_file.read_text())
+        except FileNotFoundError:
+            return None
+        except ValueError as e:
+            raise DevStackError(
+                f"{self.state_file} is unreadable ({e}): stop any leftover servers by hand "
+                "and delete the file"
+            ) from e
+
+    def require(self) -> StackState:
+        """The running stack's state, or a clear error telling how to start one."""
+        state = self.load()
+        if state is None:
+            raise DevStackError(
+                f"no local stack under {self.state_dir}: run `memq dev up` first "
+                "(or pass explicit endpoints)"
+            )
+        return state
+
+    def _save(self, state: StackState) -> None:
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state.model_dump(), indent=2) + "\n")
+        tmp.replace(self.state_file)
+
+    def up(
+        self,
+        ports: dict[str, int | None] | None = None,
+        progress: Callable[[str], None] | None = None,
+    ) -> StackState:
+        """Start every server not already running (or taken from env overrides)."""
+        ports = ports or {}
+        say = progress or (lambda _msg: None)
+        with self._locked():
+            existing = self.load()
+            if existing is not None:
+                dead = [h.name for h in self._health(existing, check=False) if not h.running]
+                if not dead:
+                    say("local stack already running")
+                    return existing
+                raise DevStackError(
+                    f"the stack under {self.state_dir} is partly down ({', '.join(dead)}): "
+                    "run `memq dev down` first"
+                )
+            services: dict[str, ServiceState] = {}
+            to_start: list[Service] = []
+            for cls in SERVICES:
+                svc = cls()
+                ext = svc.external()
+                if ext is not None:
+                    say(f"{svc.name}: using external {ext.endpoint} ({svc.env_var})")
+                    services[svc.name] = ext
+                else:
+                    to_start.append(svc)
+            started: dict[str, ServiceState] = {}
+            errors: list[str] = []
+
+            def start(svc: Service) -> None:
+                try:
+                    started[svc.name] = svc.start(self.state_dir, ports.get(svc.name))
+                    say(f"{svc.name}: ready at {started[svc.name].endpoint}")
+                except DevStackError as e:
+                    errors.append(str(e))
+
+            with ThreadPoolExecutor(max_workers=max(1, len(to_start))) as pool:
+                list(pool.map(start, to_start))
+            if errors:
+                for st in started.values():
+                    if st.process is not None:
+                        procs.stop(st.process)
+                raise DevStackError("; ".join(errors))
+            services.update(started)
+            state = StackState(
+                state_dir=str(self.state_dir.resolve()),
+                services={n: services[n] for n in _BY_NAME},
+            )
+            self._prepare_bucket(state)
+            self._save(state)
+            return state
+
+    def _prepare_bucket(self, state: StackState) -> None:
+        client = state.s3_client(timeout=10, retries=2)
+        try:
+            client.head_bucket(Bucket=state.bucket)
+        except Exception:
+            try:
+                client.create_bucket(Bucket=state.bucket)
+            except Exception as e:
+                raise DevStackError(
+                    f"cannot create bucket {state.bucket!r} at {state.s3_endpoint}: {e}"
+                ) from e
+
+    def restart(self, name: str, timeout: float = 10.0) -> StackState:
+        """Stop and start one managed server on the same port, keeping its data."""
+        with self._locked():
+            state = self.require()
+            old = state.services[name]
+            if old.external or old.process is None:
+                raise DevStackError(f"{name} is external: restart it where it runs")
+            procs.stop(old.process, timeout=timeout)
+            new = _BY_NAME[name]().start(self.state_dir, old.port, fresh=False)
+            new = new.model_copy(update={"details": old.details})
+            state = state.model_copy(update={"services": {**state.services, name: new}})
+            self._save(state)
+            return state
+
+    def update_extra(self, **extra: Any) -> StackState:
+        """Record extra components (e.g. brokers) in ``stack.json``."""
+        with self._locked():
+            state = self.require()
+            state = state.model_copy(update={"extra": {**state.extra, **extra}})
+            self._save(state)
+            return state
+
+    @staticmethod
+    def _one_health(name: str, st: ServiceState, *, check: bool = True) -> ServiceHealth:
+        running = True if st.process is None else procs.is_alive(st.process)
+        problem = None
+        if not running:
+            problem = "process is not running"
+        elif check:
+            problem = _BY_NAME[name]().check(st)
+        return ServiceHealth(name, st.endpoint, st.pid, st.external, running, problem)
+
+    def _health(self, state: StackState, *, check: bool = True) -> list[ServiceHealth]:
+        return [self._one_health(n, st, check=check) for n, st in state.services.items()]
+
+    def status(self) -> list[ServiceHealth]:
+        """Live health of every server of the recorded stack (empty when none)."""
+        state = self.load()
+        if state is None:
+            return []
+        with ThreadPoolExecutor(max_workers=len(state.services)) as pool:
+            return list(pool.map(lambda item: self._one_health(*item), state.services.items()))
+
+    def down(
+        self, timeout: float = 10.0, progress: Callable[[str], None] | None = None
+    ) -> list[str]:
+        """Stop every process this stack started (SIGTERM, SIGKILL after ``timeout``)."""
+        say = progress or (lambda _msg: None)
+        with self._locked():
+            state = self.load()
+            if state is None:
+                return []
+            stopped = []
+            refs = [
+                (name, st.process)
+                for name, st in state.services.items()
+                if st.process is not None and not st.external
+            ]
+            refs += [
+                (b["name"], procs.ProcessRef(b["pid"], b.get("start_time")))
+                for b in state.extra.get("brokers", [])
+                if b.get("pid")
+            ]
+            # Brokers first (they flush to the servers), then the servers.
+            for name, ref in reversed(refs):
+                killed = procs.stop(ref, timeout=timeout)
+                stopped.append(name)
+                say(f"{name}: stopped" + (" (SIGKILL)" if killed else ""))
+            self.state_file.unlink(missing_ok=True)
+            return stopped
+
+    def log_path(self, name: str) -> Path:
+        state = self.require()
+        if name in state.services and state.services[name].log:
+            return Path(str(state.services[name].log))
+        for b in state.extra.get("brokers", []):
+            if b["name"] == name and b.get("log"):
+                return Path(b["log"])
+        known = [*state.services, *(b["name"] for b in state.extra.get("brokers", []))]
+        raise DevStackError(f"no log for {name!r}: known components are {', '.join(known)}")

@@ -1,0 +1,265 @@
+"""Producer block: what one WRITE request carries (pure, no I/O).
+
+A block is a fixed 56-byte header followed by a body. The body is the block's
+records encoded as one msgpack array, then compressed. The header's CRC-32 covers
+every byte of the block except the CRC field itself, so a flipped bit anywhere is
+detected. Brokers check blocks with :func:`verify_block` (one CRC pass, no
+record decoding); readers call :func:`decode_records`.
+
+Layout (big-endian)::
+
+    0   2  magic            b"MB"
+    2   1  version          1
+    3   1  compression      0 none, 1 gzip, 2 zstd, 3 lz4
+    4   4  crc32            CRC-32 (ISO-HDLC, zlib.crc32) of bytes [0, 4) then [8, end)
+    8   8  producer_id      u64
+    16  4  epoch            u32
+    20  8  sequence         u64
+    28  4  record_count     u32, >= 1
+    32  8  min_timestamp    i64, ms since the Unix epoch
+    40  8  max_timestamp    i64, >= min_timestamp
+    48  4  uncompressed_len u32, body size after decompression
+    52  4  body_len         u32, body size as stored
+    56  .  body
+
+A record is the msgpack array ``[timestamp, key, value, headers]``: ``timestamp`` an
+int (ms), ``key`` bin or nil, ``value`` bin, ``headers`` nil or an array of
+``[name (str), value (bin or nil)]`` pairs.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+
+from memq.errors import BadMagicError, ChecksumError, MalformedError, TruncatedError
+from memq.errors import UnsupportedVersionError as _UnsupportedVersion
+from memq.formats.compression import Compression, compress, decompress
+
+__all__ = [
+    "BLOCK_HEADER_SIZE",
+    "BLOCK_MAGIC",
+    "BLOCK_VERSION",
+    "DEFAULT_MAX_UNCOMPRESSED",
+    "BlockHeader",
+    "Header",
+    "Record",
+    "decode_block",
+    "decode_block_header",
+    "decode_records",
+    "encode_block",
+    "verify_block",
+]
+
+BLOCK_MAGIC = b"MB"
+BLOCK_VERSION = 1
+_HEADER = struct.Struct(">2sBBIQIQIqqII")
+BLOCK_HEADER_SIZE = _HEADER.size  # 56
+_CRC_START = 8
+DEFAULT_MAX_UNCOMPRESSED = 64 * 1024 * 1024
+
+_U32 = 0xFFFFFFFF
+_U64 = 0xFFFFFFFFFFFFFFFF
+_I64_MIN = -(1 << 63)
+_I64_MAX = (1 << 63) - 1
+
+Header = tuple[str, bytes | None]
+#: A record as stored: (timestamp ms, key, value, headers).
+Record = tuple[int, bytes | None, bytes, tuple[Header, ...] | None]
+
+
+@dataclass(frozen=True, slots=True)
+class BlockHeader:
+    """The decoded fixed header of a producer block."""
+
+    compression: Compression
+    crc: int
+    producer_id: int
+    epoch: int
+    sequence: int
+    record_count: int
+    min_timestamp: int
+    max_timestamp: int
+    uncompressed_length: int
+    body_length: int
+    version: int = BLOCK_VERSION
+
+    @property
+    def size(self) -> int:
+        """Total encoded size of the block (header + body)."""
+        return BLOCK_HEADER_SIZE + self.body_length
+
+
+def _check_range(name: str, value: int, lo: int, hi: int) -> None:
+    if type(value) is not int or not lo <= value <= hi:
+        raise MalformedError(f"block {name} must be an int in [{lo}, {hi}], got {value!r}")
+
+
+def encode_block(
+    records: Sequence[Record] | Sequence[Sequence[Any]],
+    *,
+    producer_id: int,
+    epoch: int,
+    sequence: int,
+    compression: Compression = Compression.ZSTD,
+    min_timestamp: int | None = None,
+    max_timestamp: int | None = None,
+) -> bytes:
+    """Encode ``records`` into one block.
+
+    ``min_timestamp``/``max_timestamp`` may be given when the caller already tracked
+    them (the producer does); otherwise they are computed.
+    """
+    if not records:
+        raise MalformedError("a block needs at least one record")
+    _check_range("producer_id", producer_id, 0, _U64)
+    _check_range("epoch", epoch, 0, _U32)
+    _check_range("sequence", sequence, 0, _U64)
+    if len(records) > _U32:
+        raise MalformedError(f"too many records for one block: {len(records)}")
+    if min_timestamp is None or max_timestamp is None:
+        stamps = [r[0] for r in records]
+        min_timestamp, max_timestamp = min(stamps), max(stamps)
+    _check_range("min_timestamp", min_timestamp, _I64_MIN, _I64_MAX)
+    _check_range("max_timestamp", max_timestamp, min_timestamp, _I64_MAX)
+    try:
+        raw = msgpack.packb(records, use_bin_type=True)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise MalformedError(f"records cannot be encoded: {e}") from None
+    if len(raw) > _U32:
+        raise MalformedError(f"block body of {len(raw)} bytes exceeds the 4 GiB format limit")
+    body = compress(compression, raw)
+    rest = _HEADER.pack(
+        BLOCK_MAGIC,
+        BLOCK_VERSION,
+        compression,
+        0,
+        producer_id,
+        epoch,
+        sequence,
+        len(records),
+        min_timestamp,
+        max_timestamp,
+        len(raw),
+        len(body),
+    )
+    crc = zlib.crc32(body, zlib.crc32(memoryview(rest)[_CRC_START:], zlib.crc32(rest[:4])))
+    return b"".join((rest[:4], crc.to_bytes(4, "big"), rest[_CRC_START:], body))
+
+
+def decode_block_header(
+    buf: bytes | bytearray | memoryview, *, max_uncompressed: int = DEFAULT_MAX_UNCOMPRESSED
+) -> BlockHeader:
+    """Decode and validate the fixed header (no CRC check: see :func:`verify_block`)."""
+    if len(buf) < BLOCK_HEADER_SIZE:
+        raise TruncatedError(
+            f"block header needs {BLOCK_HEADER_SIZE} bytes, only {len(buf)} available"
+        )
+    (magic, version, codec, crc, pid, epoch, seq, count, tmin, tmax, ulen, blen) = (
+        _HEADER.unpack_from(buf)
+    )
+    if magic != BLOCK_MAGIC:
+        raise BadMagicError(f"not a MemQ producer block: magic {bytes(magic)!r}, want b'MB'")
+    if version != BLOCK_VERSION:
+        raise _UnsupportedVersion(
+            f"producer block version {version} is not supported (this reader knows "
+            f"{BLOCK_VERSION}): upgrade the reader"
+        )
+    try:
+        compression = Compression(codec)
+    except ValueError:
+        raise MalformedError(f"unknown compression id {codec} in block header") from None
+    if count == 0:
+        raise MalformedError("block header says it holds 0 records")
+    if tmin > tmax:
+        raise MalformedError(f"block min_timestamp {tmin} is after max_timestamp {tmax}")
+    if ulen > max_uncompressed:
+        raise MalformedError(
+            f"block expands to {ulen} bytes, over the {max_uncompressed}-byte limit"
+        )
+    if compression is Compression.NONE and ulen != blen:
+        raise MalformedError(f"uncompressed block with body {blen} bytes but length {ulen}")
+    return BlockHeader(compression, crc, pid, epoch, seq, count, tmin, tmax, ulen, blen)
+
+
+def verify_block(
+    buf: bytes | bytearray | memoryview,
+    *,
+    exact: bool = True,
+    max_uncompressed: int = DEFAULT_MAX_UNCOMPRESSED,
+) -> BlockHeader:
+    """Validate a block's header and CRC without decoding its records.
+
+    With ``exact`` the buffer must hold exactly one block; otherwise it may continue
+    past the block's end.
+    """
+    header = decode_block_header(buf, max_uncompressed=max_uncompressed)
+    end = header.size
+    if len(buf) < end:
+        raise TruncatedError(f"block needs {end} bytes, only {len(buf)} available")
+    if exact and len(buf) != end:
+        raise MalformedError(f"{len(buf) - end} unexpected bytes after a {end}-byte block")
+    view = memoryview(buf)
+    crc = zlib.crc32(view[_CRC_START:end], zlib.crc32(view[:4]))
+    if crc != header.crc:
+        raise ChecksumError(
+            f"block CRC mismatch: stored {header.crc:#010x}, computed {crc:#010x} "
+            f"(producer {header.producer_id} sequence {header.sequence})"
+        )
+    return header
+
+
+def _bad_record(i: int, r: object) -> MalformedError:
+    return MalformedError(
+        f"record {i} of the block is not [timestamp, key, value, headers]: {r!r:.80}"
+    )
+
+
+def decode_records(buf: bytes | bytearray | memoryview, header: BlockHeader) -> list[Record]:
+    """Decode the records of a block already checked by :func:`verify_block`."""
+    body = memoryview(buf)[BLOCK_HEADER_SIZE : header.size]
+    raw = decompress(header.compression, body, header.uncompressed_length)
+    try:
+        recs = msgpack.unpackb(raw, use_list=False, raw=False, strict_map_key=True)
+    except Exception as e:  # msgpack raises assorted ValueError/TypeError subclasses
+        raise MalformedError(f"block body is not valid msgpack: {type(e).__name__}: {e}") from None
+    if type(recs) is not tuple or len(recs) != header.record_count:
+        got = len(recs) if type(recs) is tuple else type(recs).__name__
+        raise MalformedError(f"block header says {header.record_count} records, body has {got}")
+    tmin, tmax = header.min_timestamp, header.max_timestamp
+    for i, r in enumerate(recs):
+        if (
+            type(r) is not tuple
+            or len(r) != 4
+            or type(r[0]) is not int
+            or not tmin <= r[0] <= tmax
+            or type(r[2]) is not bytes
+            or (r[1] is not None and type(r[1]) is not bytes)
+        ):
+            raise _bad_record(i, r)
+        hdrs = r[3]
+        if hdrs is not None and (
+            type(hdrs) is not tuple
+            or not all(
+                type(h) is tuple
+                and len(h) == 2
+                and type(h[0]) is str
+                and (h[1] is None or type(h[1]) is bytes)
+                for h in hdrs
+            )
+        ):
+            raise _bad_record(i, r)
+    return list(recs)
+
+
+def decode_block(
+    buf: bytes | bytearray | memoryview, *, max_uncompressed: int = DEFAULT_MAX_UNCOMPRESSED
+) -> tuple[BlockHeader, list[Record]]:
+    """Verify one whole block and decode its records."""
+    header = verify_block(buf, max_uncompressed=max_uncompressed)
+    return header, decode_records(buf, header)

@@ -1,0 +1,258 @@
+"""Wire frames of the broker protocol (pure, sans-I/O).
+
+Every frame is a 4-byte length prefix followed by that many bytes. The twelve bytes
+after the prefix have the same layout in every protocol version, so a peer can always
+answer a request it cannot parse::
+
+    0   4  length       u32: bytes after this field, 12 <= length <= max frame size
+    4   4  crc32        CRC-32 of bytes [8, 4 + length): everything after this field
+    8   1  version      protocol version (1)
+    9   1  flags        bit 0: 1 = response, 0 = request; other bits 0
+    10  2  type         request type (RequestType), echoed by the response
+    12  4  request_id   u32 chosen by the client, echoed by the response
+    requests:  16.. body
+    responses: 16  2  status      StatusCode (0 = OK)
+               18  2  error_len   bytes of error text
+               20  .  error       UTF-8 error text (empty when OK)
+               ..  .  body
+
+The CRC makes transport corruption a clean, typed error (TCP's 16-bit checksum misses
+some); a frame that fails it is answered with CORRUPT_MESSAGE and the connection is
+closed, because its length prefix can no longer be trusted either.
+
+Requests on one connection are answered in any order; the client matches responses
+by ``request_id``.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from enum import IntEnum
+
+from memq.errors import (
+    ChecksumError,
+    FrameTooLargeError,
+    MalformedError,
+    StatusCode,
+    TruncatedError,
+    UnsupportedVersionError,
+)
+
+__all__ = [
+    "DEFAULT_MAX_FRAME_SIZE",
+    "FLAG_RESPONSE",
+    "FRAME_HEADER_SIZE",
+    "PROTOCOL_VERSION",
+    "FrameDecoder",
+    "RawFrame",
+    "Request",
+    "RequestType",
+    "Response",
+    "decode_frame",
+    "encode_request",
+    "encode_response",
+    "parse_frame",
+    "request_frame_parts",
+]
+
+PROTOCOL_VERSION = 1
+FLAG_RESPONSE = 0x01
+DEFAULT_MAX_FRAME_SIZE = 16 * 1024 * 1024
+
+_PREFIX = struct.Struct(">II")  # length, crc32
+_STABLE = struct.Struct(">BBHI")  # version, flags, type, request_id
+FRAME_HEADER_SIZE = _PREFIX.size + _STABLE.size  # 16 bytes including the length prefix
+_MIN_LENGTH = FRAME_HEADER_SIZE - 4  # 12
+_RESP = struct.Struct(">HH")
+_MAX_ERROR = 0xFFFF
+_U32 = 0xFFFFFFFF
+
+
+class RequestType(IntEnum):
+    """Request types. Wire constants: never renumber; admin types start at 32."""
+
+    WRITE = 1
+    METADATA = 2
+    PING = 3
+    TOPIC_CREATE = 32
+    TOPIC_UPDATE = 33
+    TOPIC_DELETE = 34
+    TOPIC_LIST = 35
+    CLUSTER_STATUS = 36
+
+
+@dataclass(frozen=True, slots=True)
+class RawFrame:
+    """A complete frame split at its stable fields; ``payload`` is everything after them."""
+
+    version: int
+    flags: int
+    type: int
+    request_id: int
+    payload: bytes
+    crc_ok: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    type: int
+    request_id: int
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    type: int
+    request_id: int
+    status: int
+    error: str
+    body: bytes
+
+    @property
+    def ok(self) -> bool:
+        return self.status == StatusCode.OK
+
+
+def _check_u(name: str, value: int, bits: int) -> None:
+    if not 0 <= value < (1 << bits):
+        raise MalformedError(f"frame {name} {value} does not fit in u{bits}")
+
+
+def _frame_parts(
+    flags: int, type_: int, request_id: int, parts: tuple[bytes | memoryview, ...]
+) -> list[bytes | memoryview]:
+    _check_u("type", type_, 16)
+    _check_u("request_id", request_id, 32)
+    stable = _STABLE.pack(PROTOCOL_VERSION, flags, type_, request_id)
+    length = 4 + _STABLE.size + sum(len(p) for p in parts)
+    _check_u("length", length, 32)
+    crc = zlib.crc32(stable)
+    for p in parts:
+        crc = zlib.crc32(p, crc)
+    return [_PREFIX.pack(length, crc) + stable, *parts]
+
+
+def request_frame_parts(
+    type_: int, request_id: int, *body: bytes | memoryview
+) -> list[bytes | memoryview]:
+    """A request frame as buffers to send in order (``transport.writelines``), no body copy."""
+    return _frame_parts(0, type_, request_id, body)
+
+
+def encode_request(type_: int, request_id: int, body: bytes = b"") -> bytes:
+    return b"".join(request_frame_parts(type_, request_id, body))
+
+
+def encode_response(
+    type_: int, request_id: int, status: int = StatusCode.OK, error: str = "", body: bytes = b""
+) -> bytes:
+    """Encode a response; an over-long error text is cut (on a UTF-8 boundary) to fit."""
+    _check_u("status", status, 16)
+    err = error.encode("utf-8")
+    if len(err) > _MAX_ERROR:
+        err = err[:_MAX_ERROR].decode("utf-8", "ignore").encode("utf-8")
+    parts = (_RESP.pack(status, len(err)) + err, body)
+    return b"".join(_frame_parts(FLAG_RESPONSE, type_, request_id, parts))
+
+
+def parse_frame(frame: RawFrame) -> Request | Response:
+    """Interpret a raw frame; raises typed errors for corruption or versions we do not know."""
+    if not frame.crc_ok:
+        raise ChecksumError(
+            f"frame CRC mismatch (request id {frame.request_id}): the connection corrupted data"
+        )
+    if frame.version != PROTOCOL_VERSION:
+        raise UnsupportedVersionError(
+            f"protocol version {frame.version} is not supported (this side speaks "
+            f"{PROTOCOL_VERSION}): upgrade the older side"
+        )
+    if frame.flags & ~FLAG_RESPONSE:
+        raise MalformedError(f"reserved frame flag bits set: {frame.flags:#04x}")
+    if not frame.flags & FLAG_RESPONSE:
+        return Request(frame.type, frame.request_id, frame.payload)
+    p = frame.payload
+    if len(p) < _RESP.size:
+        raise TruncatedError("response frame too short for its status and error length")
+    status, elen = _RESP.unpack_from(p)
+    if len(p) < _RESP.size + elen:
+        raise TruncatedError(f"response error text needs {elen} bytes, frame has fewer")
+    try:
+        error = p[_RESP.size : _RESP.size + elen].decode("utf-8")
+    except UnicodeDecodeError:
+        raise MalformedError("response error text is not valid UTF-8") from None
+    return Response(frame.type, frame.request_id, status, error, p[_RESP.size + elen :])
+
+
+class FrameDecoder:
+    """Incremental frame splitter: ``feed`` bytes as they arrive, iterate ``frames()``.
+
+    Raises :class:`FrameTooLargeError` or :class:`MalformedError` for a length prefix
+    outside ``[12, max_frame_size]``: the stream cannot be resynchronised after that,
+    so the caller answers once and closes. Nothing is allocated from an unchecked
+    length. CRC results are reported on each :class:`RawFrame` (``crc_ok``).
+    """
+
+    __slots__ = ("_buf", "_pos", "max_frame_size")
+
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+        self.max_frame_size = max_frame_size
+        self._buf = bytearray()
+        self._pos = 0
+
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
+        if self._pos:
+            del self._buf[: self._pos]
+            self._pos = 0
+        self._buf += data
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet returned as frames (a partial frame at EOF)."""
+        return len(self._buf) - self._pos
+
+    def next_length(self) -> int | None:
+        """Validated length of the next frame, once its prefix has arrived."""
+        if len(self._buf) - self._pos < 4:
+            return None
+        length = int.from_bytes(self._buf[self._pos : self._pos + 4], "big")
+        if length > self.max_frame_size:
+            raise FrameTooLargeError(
+                f"frame of {length} bytes exceeds the maximum of {self.max_frame_size}: "
+                "send smaller blocks (producer batch.size) or raise the max frame size"
+            )
+        if length < _MIN_LENGTH:
+            raise MalformedError(f"frame length {length} is below the {_MIN_LENGTH}-byte minimum")
+        return length
+
+    def frames(self) -> Iterator[RawFrame]:
+        buf = self._buf
+        while True:
+            length = self.next_length()
+            if length is None or len(buf) - self._pos < 4 + length:
+                return
+            pos = self._pos
+            _, crc = _PREFIX.unpack_from(buf, pos)
+            stable = bytes(buf[pos + 8 : pos + FRAME_HEADER_SIZE])
+            version, flags, type_, rid = _STABLE.unpack(stable)
+            end = pos + 4 + length
+            payload = bytes(buf[pos + FRAME_HEADER_SIZE : end])
+            self._pos = end
+            ok = zlib.crc32(payload, zlib.crc32(stable)) == crc
+            yield RawFrame(version, flags, type_, rid, payload, ok)
+
+
+def decode_frame(
+    data: bytes | bytearray | memoryview, *, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
+) -> Request | Response:
+    """Decode exactly one complete frame."""
+    dec = FrameDecoder(max_frame_size)
+    dec.feed(data)
+    frames = list(dec.frames())
+    if not frames:
+        raise TruncatedError(f"incomplete frame: {len(data)} bytes")
+    if len(frames) > 1 or dec.buffered:
+        raise MalformedError("bytes after the end of the frame")
+    return parse_frame(frames[0])

@@ -1,0 +1,1 @@
+"""PySpark Python DataSource ``memq`` over S3 prefixes, and the backfill job."""

@@ -1,0 +1,111 @@
+"""The storage interface: a small writer side and a small reader side.
+
+Writers store one sealed batch object and return where it went; readers read a byte
+range and list a prefix. Implementations are synchronous and thread-safe; the
+broker calls writers from a thread pool so uploads never block its event loop.
+"""
+
+from __future__ import annotations
+
+import io
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import ClassVar
+
+__all__ = ["ObjectInfo", "StorageReader", "StorageWriter", "StoredObject", "ViewReader"]
+
+
+@dataclass(frozen=True, slots=True)
+class StoredObject:
+    """Where a batch object was stored: enough for a reader to fetch it back."""
+
+    storage: str
+    bucket: str
+    key: str
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    key: str
+    size: int
+
+
+class StorageWriter(ABC):
+    """Stores sealed batch objects under the MemQ key layout."""
+
+    name: ClassVar[str]
+
+    @abstractmethod
+    def store(
+        self, topic: str, batch_id: str, created_ms: int, data: bytes | bytearray | memoryview
+    ) -> StoredObject:
+        """Store ``data`` as one immutable object; raises :class:`memq.errors.StorageError`."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections and threads."""
+
+
+class StorageReader(ABC):
+    """Reads objects back by (bucket, key)."""
+
+    name: ClassVar[str]
+
+    @abstractmethod
+    def read(self, bucket: str, key: str, start: int = 0, end: int | None = None) -> bytes:
+        """Bytes ``[start, end)`` of an object (``end=None``: to the end).
+
+        Raises :class:`memq.errors.ObjectNotFoundError` when it does not exist.
+        """
+
+    @abstractmethod
+    def list_objects(self, bucket: str, prefix: str) -> Iterator[ObjectInfo]:
+        """Every object under ``prefix``, in key order."""
+
+    @abstractmethod
+    def list_dirs(self, bucket: str, prefix: str) -> list[str]:
+        """The next path level under ``prefix`` (S3 common prefixes, ending in ``/``)."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections and threads."""
+
+
+class ViewReader(io.RawIOBase):
+    """A seekable file over a memoryview, so uploads read the batch buffer without a copy."""
+
+    def __init__(self, data: bytes | bytearray | memoryview) -> None:
+        super().__init__()
+        self._view = memoryview(data).cast("B")
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]
+        n = min(len(b), len(self._view) - self._pos)
+        memoryview(b).cast("B")[:n] = self._view[self._pos : self._pos + n]
+        self._pos += n
+        return n
+
+    def read(self, size: int = -1) -> bytes:
+        end = (
+            len(self._view) if size is None or size < 0 else min(len(self._view), self._pos + size)
+        )
+        out = bytes(self._view[self._pos : end])
+        self._pos = end
+        return out
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: len(self._view)}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def __len__(self) -> int:
+        return len(self._view)

@@ -1,0 +1,129 @@
+"""Filesystem storage: a directory tree with the S3 key layout (on-prem, NFS, benchmarks).
+
+Writes go to a temp file in the target directory, are fsynced, then atomically
+renamed, so a reader never sees a partial object. The ``bucket`` of a stored
+object is the absolute root directory.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from memq.errors import ObjectNotFoundError, StorageError
+from memq.formats.keys import object_key, validate_name
+from storage_handlers.base import ObjectInfo, StorageReader, StorageWriter, StoredObject
+
+__all__ = ["FilesystemConfig", "FilesystemReader", "FilesystemWriter"]
+
+
+class FilesystemConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    root: str = Field(min_length=1)
+    use_hash_prefix: bool = False
+    fsync: bool = True
+
+
+def _safe_path(root: Path, key: str) -> Path:
+    path = (root / key).resolve()
+    if not path.is_relative_to(root.resolve()):
+        raise StorageError(f"key {key!r} escapes the storage root {root}")
+    return path
+
+
+class FilesystemWriter(StorageWriter):
+    name: ClassVar[str] = "filesystem"
+
+    def __init__(self, cfg: FilesystemConfig, cluster: str) -> None:
+        self.config = cfg
+        self.cluster = validate_name("cluster", cluster)
+        self.root = Path(cfg.root).resolve()
+
+    def store(
+        self, topic: str, batch_id: str, created_ms: int, data: bytes | bytearray | memoryview
+    ) -> StoredObject:
+        key = object_key(
+            self.cluster, topic, batch_id, created_ms, use_hash_prefix=self.config.use_hash_prefix
+        )
+        path = _safe_path(self.root, key)
+        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                view = memoryview(data)
+                while view:
+                    n = os.write(fd, view)
+                    view = view[n:]
+                if self.config.fsync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+            if self.config.fsync:
+                dfd = os.open(path.parent, os.O_RDONLY)
+                try:
+                    os.fsync(dfd)
+                finally:
+                    os.close(dfd)
+        except OSError as e:
+            tmp.unlink(missing_ok=True)
+            raise StorageError(f"cannot write {path}: {e}") from e
+        return StoredObject(self.name, str(self.root), key, len(data))
+
+
+class FilesystemReader(StorageReader):
+    name: ClassVar[str] = "filesystem"
+
+    def __init__(self, cfg: FilesystemConfig | None = None) -> None:
+        self.root_override = Path(cfg.root).resolve() if cfg is not None else None
+
+    def _root(self, bucket: str) -> Path:
+        return self.root_override or Path(bucket)
+
+    def read(self, bucket: str, key: str, start: int = 0, end: int | None = None) -> bytes:
+        path = _safe_path(self._root(bucket), key)
+        try:
+            with open(path, "rb") as f:
+                f.seek(start)
+                return f.read() if end is None else f.read(max(0, end - start))
+        except FileNotFoundError:
+            raise ObjectNotFoundError(
+                f"{path} does not exist (deleted, or the wrong root?)"
+            ) from None
+        except OSError as e:
+            raise StorageError(f"cannot read {path}: {e}") from e
+
+    def list_objects(self, bucket: str, prefix: str) -> Iterator[ObjectInfo]:
+        root = self._root(bucket)
+        base = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
+        start = _safe_path(root, base) if base else root
+        if not start.is_dir():
+            return
+        found = []
+        for dirpath, _dirs, files in os.walk(start):
+            for f in files:
+                if f.startswith("."):
+                    continue
+                full = Path(dirpath) / f
+                key = full.relative_to(root).as_posix()
+                if key.startswith(prefix):
+                    found.append(ObjectInfo(key, full.stat().st_size))
+        yield from sorted(found, key=lambda o: o.key)
+
+    def list_dirs(self, bucket: str, prefix: str) -> list[str]:
+        root = self._root(bucket)
+        base, _, partial = prefix.rpartition("/")
+        d = _safe_path(root, base) if base else root
+        if not d.is_dir():
+            return []
+        head = f"{base}/" if base else ""
+        return sorted(
+            f"{head}{p.name}/" for p in d.iterdir() if p.is_dir() and p.name.startswith(partial)
+        )

@@ -1,0 +1,296 @@
+"""S3 storage (boto3): bounded retries with full-jitter backoff, optional hedged uploads.
+
+Credentials come from boto3's standard chain (env, profile, instance/IRSA role);
+endpoint and region are configurable, so any S3 API (moto, MinIO, Ceph) works.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import logging
+import threading
+import zlib
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from memq.errors import MemqError, ObjectNotFoundError, StorageAccessError, StorageError
+from memq.formats.keys import object_key, validate_name
+from memq.retry import RetryPolicy, call_with_retries
+from storage_handlers.base import ObjectInfo, StorageReader, StorageWriter, StoredObject, ViewReader
+
+__all__ = ["S3Config", "S3Reader", "S3Writer", "classify_s3_error"]
+
+log = logging.getLogger(__name__)
+
+_RETRIABLE_CODES = {
+    "SlowDown",
+    "Throttling",
+    "ThrottlingException",
+    "RequestTimeout",
+    "RequestTimeTooSkewed",
+    "InternalError",
+    "ServiceUnavailable",
+    "503",
+    "500",
+}
+_NOT_FOUND = {"NoSuchKey", "404", "NotFound"}
+
+
+class S3Config(BaseModel):
+    """S3 settings of a topic's storage (``storage.s3`` in broker and topic config)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    bucket: str = Field(min_length=3, max_length=63)
+    region: str | None = None
+    endpoint_url: str | None = None
+    profile: str | None = None
+    use_hash_prefix: bool = True
+    attempts: int = Field(default=5, ge=1, le=50)
+    backoff_ms: int = Field(default=100, ge=1)
+    backoff_max_ms: int = Field(default=5000, ge=1)
+    deadline_ms: int = Field(default=60_000, ge=100)
+    connect_timeout_ms: int = Field(default=5_000, ge=100)
+    read_timeout_ms: int = Field(default=30_000, ge=100)
+    hedge_after_ms: int | None = Field(default=None, ge=10)
+    max_connections: int = Field(default=32, ge=1, le=1024)
+    upload_checksum: bool = True
+
+    def retry_policy(self) -> RetryPolicy:
+        return RetryPolicy(
+            attempts=self.attempts,
+            base=self.backoff_ms / 1000,
+            cap=max(self.backoff_max_ms, self.backoff_ms) / 1000,
+            deadline=self.deadline_ms / 1000,
+        )
+
+
+def classify_s3_error(exc: BaseException, what: str) -> MemqError:
+    """Map a boto3/botocore failure to a typed MemQ error (retriable or not)."""
+    from botocore import exceptions as bx
+
+    if isinstance(exc, MemqError):
+        return exc
+    if isinstance(exc, bx.ClientError):
+        err = exc.response.get("Error", {})
+        code = str(err.get("Code", ""))
+        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+        msg = f"{what}: {code or status} {err.get('Message', '')}".strip()
+        if code in _NOT_FOUND:
+            return ObjectNotFoundError(f"{msg} (deleted, expired, or the wrong bucket?)")
+        if code in _RETRIABLE_CODES or status >= 500 or status == 429:
+            return StorageError(msg)
+        return StorageAccessError(f"{msg}: check the bucket name, region and credentials")
+    if isinstance(exc, bx.NoCredentialsError | bx.PartialCredentialsError):
+        return StorageAccessError(
+            f"{what}: no AWS credentials found: set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, "
+            "AWS_PROFILE, or attach an IAM role"
+        )
+    if isinstance(exc, bx.BotoCoreError | OSError):
+        return StorageError(f"{what}: {type(exc).__name__}: {exc}")
+    return StorageError(f"{what}: unexpected {type(exc).__name__}: {exc}")
+
+
+def make_client(cfg: S3Config) -> Any:
+    import boto3
+    from botocore.config import Config
+
+    session = boto3.session.Session(profile_name=cfg.profile)
+    return session.client(
+        "s3",
+        endpoint_url=cfg.endpoint_url,
+        region_name=cfg.region,
+        config=Config(
+            connect_timeout=cfg.connect_timeout_ms / 1000,
+            read_timeout=cfg.read_timeout_ms / 1000,
+            retries={"max_attempts": 0},  # our own policy retries, with metrics
+            max_pool_connections=cfg.max_connections,
+            request_checksum_calculation="when_required",
+            response_checksum_validation="when_required",
+            s3={"addressing_style": "path"} if cfg.endpoint_url else {},
+        ),
+    )
+
+
+class _S3Base:
+    def __init__(self, cfg: S3Config, client: Any = None) -> None:
+        self.config = cfg
+        self._client = client
+        self._lock = threading.Lock()
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            with self._lock:
+                if self._client is None:
+                    self._client = make_client(self.config)
+        return self._client
+
+    def _retrying(self, fn: Callable[[], Any], what: str) -> Any:
+        def attempt() -> Any:
+            try:
+                return fn()
+            except Exception as e:
+                raise classify_s3_error(e, what) from e
+
+        def note(n: int, e: BaseException, delay: float) -> None:
+            log.warning("%s failed (try %d), retrying in %.2fs: %s", what, n, delay, e)
+            self.on_retry(e)
+
+        return call_with_retries(attempt, self.config.retry_policy(), on_retry=note)
+
+    def on_retry(self, exc: BaseException) -> None:
+        """Hook for metrics (the broker counts retries by kind)."""
+
+
+class S3Writer(_S3Base, StorageWriter):
+    """Uploads batch objects; a hedged second upload under a new key if one is slow."""
+
+    name: ClassVar[str] = "s3"
+
+    def __init__(self, cfg: S3Config, cluster: str, client: Any = None) -> None:
+        super().__init__(cfg, client)
+        self.cluster = validate_name("cluster", cluster)
+        self._hedge_pool: ThreadPoolExecutor | None = None
+
+    def _put(self, key: str, data: bytes | bytearray | memoryview) -> None:
+        extra: dict[str, Any] = {}
+        if self.config.upload_checksum:
+            crc = zlib.crc32(data).to_bytes(4, "big")
+            extra["ChecksumCRC32"] = base64.b64encode(crc).decode()
+        body = ViewReader(data)
+
+        def put() -> Any:
+            body.seek(0)
+            return self.client.put_object(
+                Bucket=self.config.bucket,
+                Key=key,
+                Body=body,
+                ContentLength=len(body),
+                ContentType="application/vnd.memq.batch",
+                **extra,
+            )
+
+        self._retrying(put, f"PUT s3://{self.config.bucket}/{key}")
+
+    def store(
+        self, topic: str, batch_id: str, created_ms: int, data: bytes | bytearray | memoryview
+    ) -> StoredObject:
+        key = object_key(
+            self.cluster, topic, batch_id, created_ms, use_hash_prefix=self.config.use_hash_prefix
+        )
+        if self.config.hedge_after_ms is None:
+            self._put(key, data)
+            return StoredObject("s3", self.config.bucket, key, len(data))
+        return self._hedged(topic, batch_id, created_ms, key, data)
+
+    def _hedged(
+        self,
+        topic: str,
+        batch_id: str,
+        created_ms: int,
+        key: str,
+        data: bytes | bytearray | memoryview,
+    ) -> StoredObject:
+        assert self.config.hedge_after_ms is not None
+        # Both attempts read a private copy: the caller may reuse its buffer as soon as we
+        # return, while the losing attempt is still running.
+        data = bytes(data)
+        with self._lock:
+            if self._hedge_pool is None:
+                self._hedge_pool = ThreadPoolExecutor(
+                    max_workers=self.config.max_connections, thread_name_prefix="s3-hedge"
+                )
+        pool = self._hedge_pool
+        first = pool.submit(self._put, key, data)
+        done, _ = wait([first], timeout=self.config.hedge_after_ms / 1000)
+        if done:
+            first.result()
+            return StoredObject("s3", self.config.bucket, key, len(data))
+        key2 = object_key(
+            self.cluster,
+            topic,
+            f"{batch_id}-h1",
+            created_ms,
+            use_hash_prefix=self.config.use_hash_prefix,
+        )
+        log.info(
+            "upload of %s is slow after %d ms: hedging as %s", key, self.config.hedge_after_ms, key2
+        )
+        second = pool.submit(self._put, key2, data)
+        keys = {first: key, second: key2}
+        pending = {first, second}
+        last_error: BaseException | None = None
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for f in done:
+                if f.exception() is None:
+                    for loser in pending:
+                        loser.add_done_callback(functools.partial(self._drop_loser, keys[loser]))
+                    return StoredObject("s3", self.config.bucket, keys[f], len(data))
+                last_error = f.exception()
+        assert last_error is not None
+        raise last_error
+
+    def _drop_loser(self, key: str, fut: Future[None]) -> None:
+        if fut.exception() is not None:
+            return
+        try:
+            self.client.delete_object(Bucket=self.config.bucket, Key=key)
+        except Exception as e:  # the duplicate is harmless: no notification points at it
+            log.warning(
+                "could not delete hedged duplicate s3://%s/%s: %s", self.config.bucket, key, e
+            )
+
+    def close(self) -> None:
+        if self._hedge_pool is not None:
+            self._hedge_pool.shutdown(wait=True)
+
+
+class S3Reader(_S3Base, StorageReader):
+    name: ClassVar[str] = "s3"
+
+    def read(self, bucket: str, key: str, start: int = 0, end: int | None = None) -> bytes:
+        kw: dict[str, Any] = {}
+        if start or end is not None:
+            if end is not None and end <= start:
+                return b""
+            kw["Range"] = f"bytes={start}-{'' if end is None else end - 1}"
+
+        def get() -> bytes:
+            body: bytes = self.client.get_object(Bucket=bucket, Key=key, **kw)["Body"].read()
+            return body
+
+        data: bytes = self._retrying(get, f"GET s3://{bucket}/{key}")
+        return data
+
+    def _pages(self, bucket: str, prefix: str, **extra: Any) -> Iterator[dict[str, Any]]:
+        token: str | None = None
+        while True:
+            kw: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix, **extra}
+            if token:
+                kw["ContinuationToken"] = token
+            page: dict[str, Any] = self._retrying(
+                functools.partial(self.client.list_objects_v2, **kw),
+                f"LIST s3://{bucket}/{prefix}",
+            )
+            yield page
+            if not page.get("IsTruncated"):
+                return
+            token = page["NextContinuationToken"]
+
+    def list_objects(self, bucket: str, prefix: str) -> Iterator[ObjectInfo]:
+        for page in self._pages(bucket, prefix):
+            for obj in page.get("Contents", []):
+                yield ObjectInfo(obj["Key"], int(obj["Size"]))
+
+    def list_dirs(self, bucket: str, prefix: str) -> list[str]:
+        return [
+            p["Prefix"]
+            for page in self._pages(bucket, prefix, Delimiter="/")
+            for p in page.get("CommonPrefixes", [])
+        ]

@@ -1,0 +1,138 @@
+"""`memq dev up|status|down|logs` against real servers."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from memq.devstack import DevStack, StackState
+from memq.devstack.procs import ProcessRef, is_alive
+from memq.devstack.services import KafkaService
+from memq.errors import DevStackError
+
+
+def memq(
+    *args: str, env: dict[str, str] | None = None, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "memq.cli.main", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=180,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(
+            f"memq {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+        )
+    return proc
+
+
+def _refs(state_dir: Path) -> list[ProcessRef]:
+    state = StackState.model_validate_json((state_dir / "stack.json").read_text())
+    return [s.process for s in state.services.values() if s.process is not None]
+
+
+def test_up_status_logs_restart_down(tmp_path: Path) -> None:
+    d = str(tmp_path / "st")
+    memq("dev", "up", "--state-dir", d)
+    refs = _refs(Path(d))
+    assert len(refs) == 3 and all(is_alive(r) for r in refs)
+
+    doc = json.loads(memq("dev", "status", "--json", "--state-dir", d).stdout)
+    assert doc["healthy"] is True
+    assert doc["s3"]["endpoint"].startswith("http://127.0.0.1:")
+    assert doc["s3"]["bucket"] == "memq-dev"
+    assert doc["kafka"]["bootstrap"].startswith("127.0.0.1:")
+    assert doc["zookeeper"]["connect"].startswith("127.0.0.1:")
+    assert {doc[n]["pid"] for n in ("s3", "kafka", "zookeeper")} == {r.pid for r in refs}
+
+    table = memq("dev", "status", "--state-dir", d).stdout
+    assert table.count("healthy") == 3
+
+    # A second `up` finds the running stack and starts nothing.
+    memq("dev", "up", "--state-dir", d)
+    assert _refs(Path(d)) == refs
+
+    assert "ready in" in memq("dev", "logs", "kafka", "--state-dir", d).stdout
+    assert (
+        "binding to port" in memq("dev", "logs", "zookeeper", "-n", "400", "--state-dir", d).stdout
+    )
+
+    # Restarting ZooKeeper keeps its data and its port.
+    from kazoo.client import KazooClient
+
+    stack = DevStack(d)
+    zk_connect = stack.require().zk_connect
+    zk = KazooClient(hosts=zk_connect)
+    zk.start(timeout=10)
+    zk.create("/survives-restart", b"yes")
+    zk.stop()
+    stack.restart("zookeeper")
+    assert stack.require().zk_connect == zk_connect
+    zk = KazooClient(hosts=zk_connect)
+    zk.start(timeout=20)
+    assert zk.get("/survives-restart")[0] == b"yes"
+    zk.stop()
+    refs = _refs(Path(d))
+
+    memq("dev", "down", "--state-dir", d)
+    assert not any(is_alive(r) for r in refs)
+    assert not (Path(d) / "stack.json").exists()
+    gone = memq("dev", "status", "--json", "--state-dir", d, check=False)
+    assert gone.returncode == 1 and json.loads(gone.stdout)["running"] is False
+
+
+def test_env_overrides_use_external_servers(memq_stack: StackState, tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "MEMQ_S3_ENDPOINT": memq_stack.s3_endpoint,
+        "MEMQ_KAFKA_BOOTSTRAP": memq_stack.kafka_bootstrap,
+        "MEMQ_ZK_CONNECT": memq_stack.zk_connect,
+    }
+    d = str(tmp_path / "ext")
+    memq("dev", "up", "--state-dir", d, env=env)
+    doc = json.loads(memq("dev", "status", "--json", "--state-dir", d, env=env).stdout)
+    for name in ("s3", "kafka", "zookeeper"):
+        assert doc[name]["external"] is True and doc[name]["pid"] is None
+        assert doc[name]["healthy"] is True
+    assert doc["kafka"]["bootstrap"] == memq_stack.kafka_bootstrap
+    memq("dev", "down", "--state-dir", d, env=env)
+    # The external servers were not touched.
+    assert all(h.healthy for h in DevStack(memq_stack.state_dir).status())
+
+
+def test_missing_java_is_one_clear_message(memq_stack: StackState, tmp_path: Path) -> None:
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    env = {
+        **os.environ,
+        "PATH": str(empty),
+        "MEMQ_S3_ENDPOINT": memq_stack.s3_endpoint,
+        "MEMQ_KAFKA_BOOTSTRAP": memq_stack.kafka_bootstrap,
+    }
+    env.pop("MEMQ_ZK_CONNECT", None)
+    d = tmp_path / "nojava"
+    proc = memq("dev", "up", "--state-dir", str(d), env=env, check=False)
+    assert proc.returncode == 1
+    assert "java was not found" in proc.stderr and "openjdk-17" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (d / "stack.json").exists()
+
+
+def test_fixed_port_in_use_is_reported(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        with pytest.raises(DevStackError, match=f"port {port} is in use"):
+            KafkaService(ready_timeout=10).start(tmp_path, port)
+    leftovers = [p for p in (tmp_path / "kafka").glob("*.pid")]
+    assert leftovers == []

@@ -1,0 +1,149 @@
+from __future__ import annotations
+
+import contextlib
+import tracemalloc
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memq.errors import (
+    BadMagicError,
+    ChecksumError,
+    CompressionError,
+    MalformedError,
+    MemqFormatError,
+    TruncatedError,
+    UnsupportedVersionError,
+)
+from memq.formats import Compression, decode_block, encode_block, verify_block
+from memq.formats.block import _HEADER, BLOCK_HEADER_SIZE, decode_block_header
+from tests.unit.corruption import every_bit_flip, every_truncation, random_flips
+from tests.unit.strategies import compressions, record_lists, u32, u64
+
+RECS = [
+    (1000 + i, b"k%d" % i, b"v" * (i * 7), (("h", b"x"),) if i % 2 else None) for i in range(12)
+]
+
+
+@given(record_lists, compressions, u64, u32, u64)
+@settings(max_examples=300)
+def test_round_trip(records, codec, pid, epoch, seq):
+    data = encode_block(records, producer_id=pid, epoch=epoch, sequence=seq, compression=codec)
+    header, out = decode_block(data)
+    assert out == records
+    assert (header.producer_id, header.epoch, header.sequence) == (pid, epoch, seq)
+    assert header.record_count == len(records)
+    assert header.min_timestamp == min(r[0] for r in records)
+    assert header.max_timestamp == max(r[0] for r in records)
+    assert header.compression is codec
+    assert header.size == len(data)
+
+
+@pytest.mark.parametrize("codec", list(Compression))
+def test_every_truncation_and_bit_flip_is_rejected(codec):
+    data = encode_block(RECS, producer_id=9, epoch=1, sequence=2, compression=codec)
+    every_truncation(decode_block, data)
+    every_bit_flip(decode_block, data)
+    random_flips(decode_block, data, seed=int(codec))
+
+
+@given(record_lists, compressions, st.data())
+@settings(max_examples=100)
+def test_random_corruption_is_typed(records, codec, data):
+    raw = bytearray(encode_block(records, producer_id=1, epoch=0, sequence=0, compression=codec))
+    for _ in range(data.draw(st.integers(1, 8))):
+        i = data.draw(st.integers(0, len(raw) - 1))
+        raw[i] ^= 1 << data.draw(st.integers(0, 7))
+    with contextlib.suppress(MemqFormatError):
+        decode_block(bytes(raw))
+
+
+def test_specific_errors():
+    data = bytearray(encode_block(RECS, producer_id=1, epoch=0, sequence=0))
+    with pytest.raises(BadMagicError):
+        decode_block(b"XX" + data[2:])
+    with pytest.raises(UnsupportedVersionError):
+        decode_block(data[:2] + b"\x02" + data[3:])
+    with pytest.raises(TruncatedError):
+        decode_block(data[:-1])
+    with pytest.raises(MalformedError):
+        decode_block(data + b"\x00")
+    flipped = bytearray(data)
+    flipped[-1] ^= 1
+    with pytest.raises(ChecksumError):
+        decode_block(bytes(flipped))
+
+
+def _forge(
+    records_body: bytes, count: int, codec: Compression = Compression.NONE, ulen: int | None = None
+) -> bytes:
+    """A block with a valid CRC around arbitrary body bytes (a hostile producer)."""
+    import zlib
+
+    ulen = len(records_body) if ulen is None else ulen
+    head = _HEADER.pack(b"MB", 1, codec, 0, 1, 0, 0, count, 0, 10, ulen, len(records_body))
+    crc = zlib.crc32(records_body, zlib.crc32(head[8:], zlib.crc32(head[:4])))
+    return head[:4] + crc.to_bytes(4, "big") + head[8:] + records_body
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"\x91\x01",  # array of one int
+        b"\x91\x94\x05\xc0\x05\xc0",  # value is an int
+        b"\x91\x93\x05\xc0\xc4\x00",  # three fields
+        b"\x91\x94\xcb\x00\x00\x00\x00\x00\x00\x00\x00\xc0\xc4\x00\xc0",  # float timestamp
+        b"\x91\x94\x0b\xc0\xc4\x00\xc0",  # timestamp 11 outside [0, 10]
+        b"\x91\x94\x05\xc0\xc4\x00\x91\x92\x01\xc0",  # header name is an int
+        b"\xc1",  # never-used msgpack byte
+        b"\x92\x94\x05\xc0\xc4\x00\xc0",  # count 2 but one record
+    ],
+)
+def test_crc_valid_but_hostile_bodies_are_malformed(body):
+    with pytest.raises(MalformedError):
+        decode_block(_forge(body, 1))
+
+
+def test_decompression_is_bounded_by_the_header_limit():
+    # A body claiming to expand to 3 GiB is refused before anything is allocated.
+    forged = _forge(b"\x28\xb5\x2f\xfd", 1, Compression.ZSTD, ulen=3 << 30)
+    tracemalloc.start()
+    with pytest.raises(MalformedError, match="over the"):
+        decode_block(forged)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert peak < 1 << 20
+
+
+def test_lying_uncompressed_length_is_a_compression_error():
+    good = encode_block(RECS, producer_id=1, epoch=0, sequence=0, compression=Compression.LZ4)
+    h = decode_block_header(good)
+    body = good[BLOCK_HEADER_SIZE:]
+    with pytest.raises(CompressionError):
+        decode_block(_forge(body, h.record_count, Compression.LZ4, ulen=h.uncompressed_length - 1))
+
+
+def test_verify_without_exact_accepts_trailing_bytes():
+    data = encode_block(RECS, producer_id=1, epoch=0, sequence=0)
+    assert verify_block(data + b"rest", exact=False).size == len(data)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"producer_id": -1, "epoch": 0, "sequence": 0},
+        {"producer_id": 1 << 64, "epoch": 0, "sequence": 0},
+        {"producer_id": 0, "epoch": 1 << 32, "sequence": 0},
+    ],
+)
+def test_encode_rejects_out_of_range_ids(kwargs):
+    with pytest.raises(MalformedError):
+        encode_block(RECS, **kwargs)
+
+
+def test_encode_rejects_empty_and_unencodable():
+    with pytest.raises(MalformedError):
+        encode_block([], producer_id=0, epoch=0, sequence=0)
+    with pytest.raises(MalformedError):
+        encode_block([(1, None, object(), None)], producer_id=0, epoch=0, sequence=0)
