@@ -111,6 +111,7 @@ class Service:
     def start(
         self, state_dir: Path, port: int | None = None, *, fresh: bool = True
     ) -> ServiceState:
+        state_dir = state_dir.absolute()
         svc_dir = state_dir / self.name
         svc_dir.mkdir(parents=True, exist_ok=True)
         log = svc_dir / f"{self.name}.log"

@@ -126,7 +126,9 @@ class DevStack:
     """Start/inspect/stop the local stack recorded under ``state_dir``."""
 
     def __init__(self, state_dir: Path | str | None = None) -> None:
-        self.state_dir = Path(state_dir) if state_dir is not None else default_state_dir()
+        self.state_dir = (
+            Path(state_dir) if state_dir is not None else default_state_dir()
+        ).absolute()
 
     @property
     def state_file(self) -> Path:

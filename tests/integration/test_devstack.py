@@ -136,3 +136,20 @@ def test_fixed_port_in_use_is_reported(tmp_path: Path) -> None:
             KafkaService(ready_timeout=10).start(tmp_path, port)
     leftovers = [p for p in (tmp_path / "kafka").glob("*.pid")]
     assert leftovers == []
+
+
+def test_relative_state_dir(tmp_path: Path) -> None:
+    # `make demo` uses the default relative `.memq`: every server must cope with that.
+    proc = subprocess.run(
+        [sys.executable, "-m", "memq.cli.main", "dev", "up", "--state-dir", "rel-state"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    try:
+        assert proc.returncode == 0, proc.stderr
+        assert all(h.healthy for h in DevStack(tmp_path / "rel-state").status())
+    finally:
+        DevStack(tmp_path / "rel-state").down()
