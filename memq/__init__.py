@@ -6,7 +6,16 @@ consumers read the pointers and fetch the objects straight from S3.
 """
 
 from memq.errors import MemqError, MemqFormatError
+from memq.producer import BufferFullError, Producer, ProducerConfig, RecordMetadata
 
 __version__ = "0.1.0"
 
-__all__ = ["MemqError", "MemqFormatError", "__version__"]
+__all__ = [
+    "BufferFullError",
+    "MemqError",
+    "MemqFormatError",
+    "Producer",
+    "ProducerConfig",
+    "RecordMetadata",
+    "__version__",
+]

@@ -72,8 +72,9 @@ def run_demo(
 ) -> DemoResult:
     from confluent_kafka import Consumer, TopicPartition
 
-    from storage_handlers.kafka_sink import KafkaNotificationSink, KafkaSinkConfig
-    from storage_handlers.s3 import S3Config, S3Reader, S3Writer
+    from memq.config import NotificationConfig, S3Config
+    from storage_handlers.kafka_sink import KafkaNotificationSink
+    from storage_handlers.s3 import S3Reader, S3Writer
 
     os.environ.update({k: v for k, v in state.aws_env().items() if k not in os.environ})
     res = DemoResult()
@@ -110,8 +111,9 @@ def run_demo(
 
     notify_topic = "memq-demo-notifications"
     sink = KafkaNotificationSink(
-        KafkaSinkConfig(bootstrap_servers=state.kafka_bootstrap, topic=notify_topic, partitions=1)
+        NotificationConfig(bootstrap_servers=state.kafka_bootstrap, partitions=1)
     )
+    sink.ensure_topic(notify_topic)
     n = Notification(
         topic=TOPIC,
         cluster=CLUSTER,
@@ -129,7 +131,7 @@ def run_demo(
         created_at=created,
     )
     t0 = clock()
-    ack = sink.publish(n).result(timeout=30)
+    ack = sink.publish(notify_topic, n).result(timeout=30)
     sink.close()
     res.timings["notify"] = clock() - t0
     res.notification = f"{ack.topic}[{ack.partition}]@{ack.offset}"

@@ -80,6 +80,13 @@ class MemqError(Exception):
 
     retriable: ClassVar[bool] = False
     status: ClassVar[StatusCode] = StatusCode.UNKNOWN_ERROR
+    #: Response body a broker sends with this error (e.g. fresh metadata with NOT_WRITER).
+    body: bytes = b""
+
+    def __init__(self, *args: object, body: bytes = b"") -> None:
+        super().__init__(*args)
+        if body:
+            self.body = body
 
 
 # --- formats ---------------------------------------------------------------------------
@@ -259,7 +266,7 @@ _BY_STATUS: dict[StatusCode, type[MemqError]] = {
 }
 
 
-def error_for_status(status: int, message: str) -> MemqError:
+def error_for_status(status: int, message: str, body: bytes = b"") -> MemqError:
     """Build the typed error a response status code stands for.
 
     An unknown code (a newer broker) becomes a plain :class:`MemqError` naming the code.
@@ -270,7 +277,7 @@ def error_for_status(status: int, message: str) -> MemqError:
         return MemqError(f"broker answered unknown status code {status}: {message}")
     if code is StatusCode.OK:
         raise ValueError("status OK is not an error")
-    return _BY_STATUS[code](message)
+    return _BY_STATUS[code](message, body=body)
 
 
 def status_for_error(exc: BaseException) -> StatusCode:

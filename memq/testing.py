@@ -19,9 +19,10 @@ from typing import Any
 
 import pytest
 
+from memq.config import BrokerConfig, load_broker_config
 from memq.devstack import DevStack, StackState
 
-__all__ = ["memq_stack", "s3_bucket", "unique_name", "zk_chroot"]
+__all__ = ["broker_config", "memq_stack", "s3_bucket", "unique_name", "zk_chroot"]
 
 
 @pytest.fixture(scope="session")
@@ -41,6 +42,65 @@ def memq_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackState]
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def broker_config(
+    stack: StackState,
+    *,
+    bucket: str | None = None,
+    topics: list[str] | tuple[str, ...] = (),
+    storage: str = "s3",
+    s3_endpoint: str | None = None,
+    kafka_bootstrap: str | None = None,
+    root: str | None = None,
+    batch_bytes: int = 8 << 20,
+    batch_ms: int = 500,
+    ring_size: int = 4,
+    partitions: int = 2,
+    topic_overrides: dict[str, Any] | None = None,
+    **overrides: Any,
+) -> BrokerConfig:
+    """A broker config for tests against the stack: free ports, the given topics.
+
+    ``s3_endpoint``/``kafka_bootstrap`` point the broker elsewhere (e.g. a FaultProxy).
+    """
+    store: dict[str, Any] = {"type": storage}
+    if storage == "s3":
+        store["s3"] = {
+            "bucket": bucket or stack.bucket,
+            "endpoint_url": s3_endpoint or stack.s3_endpoint,
+            "region": "us-east-1",
+            "attempts": 4,
+            "backoff_ms": 50,
+            "backoff_max_ms": 500,
+            "deadline_ms": 10_000,
+            "connect_timeout_ms": 2_000,
+            "read_timeout_ms": 5_000,
+        }
+    elif storage == "filesystem":
+        store["filesystem"] = {"root": root}
+    defaults = {
+        "storage": store,
+        "notification": {
+            "bootstrap_servers": kafka_bootstrap or stack.kafka_bootstrap,
+            "partitions": partitions,
+            "delivery_timeout_ms": 5_000,
+        },
+        "batch": {"bytes": batch_bytes, "ms": batch_ms},
+        "ring_size": ring_size,
+        **(topic_overrides or {}),
+    }
+    data: dict[str, Any] = {
+        "broker_id": "test-broker",
+        "cluster": "test",
+        "port": 0,
+        "http_port": 0,
+        "topic_defaults": defaults,
+        "topics": [{"name": t} for t in topics],
+        "shutdown_timeout_s": 30,
+        **overrides,
+    }
+    return load_broker_config(data=data, env={})
 
 
 @pytest.fixture

@@ -43,6 +43,9 @@ class StorageWriter(ABC):
     ) -> StoredObject:
         """Store ``data`` as one immutable object; raises :class:`memq.errors.StorageError`."""
 
+    def delete(self, key: str) -> None:  # noqa: B027 - optional hook
+        """Remove an object this writer stored (an orphan whose notification failed)."""
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections and threads."""
 

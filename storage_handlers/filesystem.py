@@ -13,21 +13,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
-
+from memq.config import FilesystemConfig
 from memq.errors import ObjectNotFoundError, StorageError
 from memq.formats.keys import object_key, validate_name
 from storage_handlers.base import ObjectInfo, StorageReader, StorageWriter, StoredObject
 
 __all__ = ["FilesystemConfig", "FilesystemReader", "FilesystemWriter"]
-
-
-class FilesystemConfig(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    root: str = Field(min_length=1)
-    use_hash_prefix: bool = False
-    fsync: bool = True
 
 
 def _safe_path(root: Path, key: str) -> Path:
@@ -76,6 +67,9 @@ class FilesystemWriter(StorageWriter):
             tmp.unlink(missing_ok=True)
             raise StorageError(f"cannot write {path}: {e}") from e
         return StoredObject(self.name, str(self.root), key, len(data))
+
+    def delete(self, key: str) -> None:
+        _safe_path(self.root, key).unlink(missing_ok=True)
 
 
 class FilesystemReader(StorageReader):

@@ -13,30 +13,34 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
+from memq.config import NotificationConfig
 from memq.errors import ConfigError, NotificationError
 from memq.formats.notification import Notification, encode_notification
 
-__all__ = ["KafkaNotificationSink", "KafkaSinkConfig", "NotificationAck", "ensure_topic"]
+__all__ = ["KafkaNotificationSink", "NotificationAck", "ensure_topic"]
 
 log = logging.getLogger(__name__)
 
+#: Errors after which an idempotent producer stays stuck even when librdkafka does not
+#: flag them fatal (seen after outages): the sink replaces the producer.
+_RESET_CODES = frozenset(
+    {
+        "INVALID_PRODUCER_EPOCH",
+        "PRODUCER_FENCED",
+        "UNKNOWN_PRODUCER_ID",
+        "OUT_OF_ORDER_SEQUENCE_NUMBER",
+        "INVALID_PRODUCER_ID_MAPPING",
+        "_FENCED",
+        "_FATAL",
+    }
+)
 
-class KafkaSinkConfig(BaseModel):
-    """Where notifications go (``notification`` in broker and topic config)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+def _needs_reset(err: Any) -> bool:
+    from confluent_kafka import KafkaError
 
-    bootstrap_servers: str = Field(min_length=1)
-    topic: str = Field(pattern=r"^[A-Za-z0-9._-]{1,249}$")
-    #: Partitions of the notification topic when MemQ creates it: the read parallelism.
-    partitions: int = Field(default=8, ge=1, le=10_000)
-    replication_factor: int = Field(default=-1, ge=-1, le=32)  # -1: the cluster default
-    create_topic: bool = True
-    delivery_timeout_ms: int = Field(default=30_000, ge=1_000)
-    #: Extra librdkafka settings (security.protocol, sasl.*, ssl.*, ...).
-    producer: dict[str, str | int | float | bool] = {}
+    codes = {getattr(KafkaError, n, None) for n in _RESET_CODES} - {None}
+    return bool(err.fatal()) or err.code() in codes
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +64,8 @@ def ensure_topic(
 
     admin = AdminClient({"bootstrap.servers": bootstrap, **(extra or {})})
     try:
-        meta = admin.list_topics(topic=topic, timeout=timeout)
+        # Listing every topic (not just this one) never triggers broker-side auto-creation.
+        meta = admin.list_topics(timeout=timeout)
     except KafkaException as e:
         raise NotificationError(f"cannot reach Kafka at {bootstrap}: {e}") from e
     tmeta = meta.topics.get(topic)
@@ -81,11 +86,15 @@ def ensure_topic(
 
 
 class KafkaNotificationSink:
-    """Thread-safe publisher of notifications with delivery futures."""
+    """Thread-safe publisher of notifications with delivery futures.
 
-    def __init__(self, cfg: KafkaSinkConfig) -> None:
-        from confluent_kafka import Producer
+    An idempotent librdkafka producer that hits a fatal or fencing error (seen after
+    Kafka outages) refuses every later message; the sink then replaces it with a fresh
+    producer on the next publish, so one Kafka incident does not disable the broker's
+    notifications for good.
+    """
 
+    def __init__(self, cfg: NotificationConfig) -> None:
         self.config = cfg
         conf: dict[str, Any] = {
             "bootstrap.servers": cfg.bootstrap_servers,
@@ -98,41 +107,78 @@ class KafkaNotificationSink:
         }
         if str(conf.get("acks")) not in {"all", "-1"}:
             raise ConfigError("notification.producer.acks must stay 'all': acks are only safe then")
-        try:
-            self._producer = Producer(conf)
-        except Exception as e:
-            raise ConfigError(f"invalid notification producer settings: {e}") from e
-        if cfg.create_topic:
-            ensure_topic(
-                cfg.bootstrap_servers,
-                cfg.topic,
-                cfg.partitions,
-                cfg.replication_factor,
-                {
-                    k: v
-                    for k, v in cfg.producer.items()
-                    if k.startswith(("security.", "sasl.", "ssl."))
-                },
-            )
+        self._conf = conf
+        self._lock = threading.Lock()
+        self._fatal: str | None = None
+        self.producer_resets = 0
+        self._producer = self._new_producer()
         self._closed = threading.Event()
         self._poller = threading.Thread(target=self._poll_loop, name="notify-poll", daemon=True)
         self._poller.start()
+
+    def ensure_topic(self, topic: str) -> bool:
+        """Create the notification ``topic`` if missing and allowed; True when created."""
+        if not self.config.create_topic:
+            return False
+        security = {
+            k: v
+            for k, v in self.config.producer.items()
+            if k.startswith(("security.", "sasl.", "ssl."))
+        }
+        return ensure_topic(
+            self.config.bootstrap_servers,
+            topic,
+            self.config.partitions,
+            self.config.replication_factor,
+            security,
+        )
+
+    def _new_producer(self) -> Any:
+        from confluent_kafka import Producer
+
+        def on_error(err: Any) -> None:
+            if _needs_reset(err):
+                self._fatal = err.str()
+            log.warning("notification producer: %s", err.str())
+
+        try:
+            # librdkafka's own log lines go to Python logging, not raw stderr.
+            return Producer({**self._conf, "error_cb": on_error}, logger=log)
+        except Exception as e:
+            raise ConfigError(f"invalid notification producer settings: {e}") from e
+
+    def _current(self) -> Any:
+        """The producer to use, replaced first if the previous one hit a fatal error."""
+        with self._lock:
+            if self._fatal is not None:
+                old, reason = self._producer, self._fatal
+                self._producer = self._new_producer()
+                self._fatal = None
+                self.producer_resets += 1
+                log.error("notification producer had a fatal error (%s): replaced it", reason)
+                # Serve the old producer's remaining delivery reports (they fail) so no
+                # future waits forever; bounded by the delivery timeout.
+                timeout = self.config.delivery_timeout_ms / 1000
+                threading.Thread(target=old.flush, args=(timeout,), daemon=True).start()
+            return self._producer
 
     def _poll_loop(self) -> None:
         while not self._closed.is_set():
             self._producer.poll(0.05)
 
-    def publish(self, notification: Notification) -> Future[NotificationAck]:
+    def publish(self, topic: str, notification: Notification) -> Future[NotificationAck]:
         """Send one notification; the future resolves once Kafka acknowledged it (acks=all)."""
         fut: Future[NotificationAck] = Future()
         fut.set_running_or_notify_cancel()
 
         def delivered(err: Any, msg: Any) -> None:
             if err is not None:
+                if _needs_reset(err):
+                    self._fatal = err.str()
                 fut.set_exception(
                     NotificationError(
                         f"notification for {notification.key} not acknowledged by Kafka topic "
-                        f"{self.config.topic!r}: {err.str() if hasattr(err, 'str') else err}"
+                        f"{topic!r}: {err.str() if hasattr(err, 'str') else err}"
                     )
                 )
             else:
@@ -142,13 +188,14 @@ class KafkaNotificationSink:
             fut.set_exception(NotificationError("notification sink is closed"))
             return fut
         payload = encode_notification(notification)
+        producer = self._current()
         while True:
             try:
-                self._producer.produce(self.config.topic, value=payload, on_delivery=delivered)
+                producer.produce(topic, value=payload, on_delivery=delivered)
                 return fut
             except BufferError:
                 # librdkafka's local queue is full: wait for deliveries to drain it.
-                self._producer.poll(0.1)
+                producer.poll(0.1)
             except Exception as e:
                 fut.set_exception(NotificationError(f"cannot enqueue notification: {e}"))
                 return fut
@@ -163,3 +210,6 @@ class KafkaNotificationSink:
             log.warning("%d notifications still undelivered at close", remaining)
         self._closed.set()
         self._poller.join(timeout=5)
+        close = getattr(self._producer, "close", None)
+        if close is not None:  # newer confluent-kafka: release librdkafka threads now
+            close()

@@ -15,14 +15,13 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
-
+from memq.config import S3Config
 from memq.errors import MemqError, ObjectNotFoundError, StorageAccessError, StorageError
 from memq.formats.keys import object_key, validate_name
-from memq.retry import RetryPolicy, call_with_retries
+from memq.retry import call_with_retries
 from storage_handlers.base import ObjectInfo, StorageReader, StorageWriter, StoredObject, ViewReader
 
-__all__ = ["S3Config", "S3Reader", "S3Writer", "classify_s3_error"]
+__all__ = ["S3Config", "S3Reader", "S3Writer", "classify_s3_error", "make_client"]
 
 log = logging.getLogger(__name__)
 
@@ -38,35 +37,6 @@ _RETRIABLE_CODES = {
     "500",
 }
 _NOT_FOUND = {"NoSuchKey", "404", "NotFound"}
-
-
-class S3Config(BaseModel):
-    """S3 settings of a topic's storage (``storage.s3`` in broker and topic config)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    bucket: str = Field(min_length=3, max_length=63)
-    region: str | None = None
-    endpoint_url: str | None = None
-    profile: str | None = None
-    use_hash_prefix: bool = True
-    attempts: int = Field(default=5, ge=1, le=50)
-    backoff_ms: int = Field(default=100, ge=1)
-    backoff_max_ms: int = Field(default=5000, ge=1)
-    deadline_ms: int = Field(default=60_000, ge=100)
-    connect_timeout_ms: int = Field(default=5_000, ge=100)
-    read_timeout_ms: int = Field(default=30_000, ge=100)
-    hedge_after_ms: int | None = Field(default=None, ge=10)
-    max_connections: int = Field(default=32, ge=1, le=1024)
-    upload_checksum: bool = True
-
-    def retry_policy(self) -> RetryPolicy:
-        return RetryPolicy(
-            attempts=self.attempts,
-            base=self.backoff_ms / 1000,
-            cap=max(self.backoff_max_ms, self.backoff_ms) / 1000,
-            deadline=self.deadline_ms / 1000,
-        )
 
 
 def classify_s3_error(exc: BaseException, what: str) -> MemqError:
@@ -121,6 +91,8 @@ class _S3Base:
         self.config = cfg
         self._client = client
         self._lock = threading.Lock()
+        #: Called with each failure that will be retried (the broker counts them).
+        self.retry_listener: Callable[[BaseException], None] | None = None
 
     @property
     def client(self) -> Any:
@@ -139,12 +111,10 @@ class _S3Base:
 
         def note(n: int, e: BaseException, delay: float) -> None:
             log.warning("%s failed (try %d), retrying in %.2fs: %s", what, n, delay, e)
-            self.on_retry(e)
+            if self.retry_listener is not None:
+                self.retry_listener(e)
 
         return call_with_retries(attempt, self.config.retry_policy(), on_retry=note)
-
-    def on_retry(self, exc: BaseException) -> None:
-        """Hook for metrics (the broker counts retries by kind)."""
 
 
 class S3Writer(_S3Base, StorageWriter):
@@ -236,11 +206,17 @@ class S3Writer(_S3Base, StorageWriter):
         assert last_error is not None
         raise last_error
 
+    def delete(self, key: str) -> None:
+        self._retrying(
+            functools.partial(self.client.delete_object, Bucket=self.config.bucket, Key=key),
+            f"DELETE s3://{self.config.bucket}/{key}",
+        )
+
     def _drop_loser(self, key: str, fut: Future[None]) -> None:
         if fut.exception() is not None:
             return
         try:
-            self.client.delete_object(Bucket=self.config.bucket, Key=key)
+            self.delete(key)
         except Exception as e:  # the duplicate is harmless: no notification points at it
             log.warning(
                 "could not delete hedged duplicate s3://%s/%s: %s", self.config.bucket, key, e

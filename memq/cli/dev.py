@@ -28,15 +28,19 @@ def up(
     zk_port: int | None = typer.Option(
         None, help="Fixed port for ZooKeeper (default: a free one)."
     ),
+    brokers: int = typer.Option(1, min=0, max=16, help="MemQ brokers to start (0: servers only)."),
 ) -> None:
     """Start the servers (skipping any named by MEMQ_S3_ENDPOINT, MEMQ_KAFKA_BOOTSTRAP,
-    MEMQ_ZK_CONNECT) and wait until each is ready."""
+    MEMQ_ZK_CONNECT), wait until each is ready, then start the MemQ broker(s) with
+    auto_create_topics on. Clients (memq produce, memq.Producer) find them through the
+    state dir when no bootstrap is given."""
     s = stack(state_dir)
     t0 = time.monotonic()
     with err.status("starting the local stack...") as status:
         state = s.up(
             ports={"s3": s3_port, "kafka": kafka_port, "zookeeper": zk_port},
             progress=status.console.log,
+            brokers=brokers,
         )
     err.print(f"local stack up in {time.monotonic() - t0:.1f} s (state: {state.state_dir})")
     _print_table(s)
@@ -93,7 +97,11 @@ def status(
         },
         "kafka": {**health["kafka"].as_dict(), "bootstrap": state.kafka_bootstrap},
         "zookeeper": {**health["zookeeper"].as_dict(), "connect": state.zk_connect},
-        "brokers": state.extra.get("brokers", []),
+        "brokers": [
+            {**b, **health[b["name"]].as_dict()}
+            for b in state.extra.get("brokers", [])
+            if b["name"] in health
+        ],
     }
     typer.echo(json.dumps(doc, indent=2))
     if not doc["healthy"]:

@@ -9,13 +9,15 @@ import typer
 from rich.console import Console
 
 from memq import __version__
+from memq.cli import broker as broker_cmd
 from memq.cli import demo as demo_cmd
 from memq.cli import dev as dev_cmd
+from memq.cli import produce as produce_cmd
 from memq.errors import MemqError
 
 __all__ = ["app", "main"]
 
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)
 
 app = typer.Typer(
     name="memq",
@@ -26,6 +28,8 @@ app = typer.Typer(
 )
 app.add_typer(dev_cmd.app, name="dev")
 app.command("demo")(demo_cmd.demo)
+app.command("broker")(broker_cmd.broker)
+app.command("produce")(produce_cmd.produce)
 
 
 def _version(value: bool) -> None:

@@ -238,6 +238,8 @@ def find_tansu() -> Path:
 class KafkaService(Service):
     name: ClassVar[str] = "kafka"
     env_var: ClassVar[str] = "MEMQ_KAFKA_BOOTSTRAP"
+    #: Advertise another port than the one listened on (a proxy in front, for fault tests).
+    advertised_port: int | None = None
 
     def argv(self, state_dir: Path, port: int) -> list[str]:
         url = f"tcp://{HOST}:{port}"
@@ -247,7 +249,7 @@ class KafkaService(Service):
             "--listener-url",
             url,
             "--advertised-listener-url",
-            url,
+            f"tcp://{HOST}:{self.advertised_port or port}",
             "--storage-engine",
             "memory://tansu/",
         ]

@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from memq.devstack import procs
+from memq.devstack.brokers import broker_health, dev_broker_config, start_broker
 from memq.devstack.services import (
     SERVICES,
     KafkaService,
@@ -174,14 +175,19 @@ class DevStack:
         self,
         ports: dict[str, int | None] | None = None,
         progress: Callable[[str], None] | None = None,
+        brokers: int = 1,
     ) -> StackState:
-        """Start every server not already running (or taken from env overrides)."""
+        """Start every server not already running (or taken from env overrides), then
+        ``brokers`` MemQ brokers (standalone when 1; later clustered through ZooKeeper)."""
         ports = ports or {}
         say = progress or (lambda _msg: None)
         with self._locked():
             existing = self.load()
             if existing is not None:
                 dead = [h.name for h in self._health(existing, check=False) if not h.running]
+                dead += [
+                    b["name"] for b in existing.extra.get("brokers", []) if not broker_health(b)[0]
+                ]
                 if not dead:
                     say("local stack already running")
                     return existing
@@ -221,7 +227,24 @@ class DevStack:
                 state_dir=str(self.state_dir.resolve()),
                 services={n: services[n] for n in _BY_NAME},
             )
-            self._prepare_bucket(state)
+            started_brokers: list[dict[str, Any]] = []
+            try:
+                self._prepare_bucket(state)
+                for i in range(1, brokers + 1):
+                    name = f"broker-{i}"
+                    cfg = dev_broker_config(
+                        name, state.s3, state.kafka, state.zookeeper if brokers > 1 else None
+                    )
+                    started_brokers.append(start_broker(self.state_dir, name, cfg, state.aws_env()))
+                    say(f"{name}: ready at {started_brokers[-1]['endpoint']}")
+            except DevStackError:
+                for b in started_brokers:
+                    procs.stop(procs.ProcessRef(b["pid"], b.get("start_time")))
+                for st in started.values():
+                    if st.process is not None:
+                        procs.stop(st.process)
+                raise
+            state = state.model_copy(update={"extra": {"brokers": started_brokers}})
             self._save(state)
             return state
 
@@ -273,12 +296,18 @@ class DevStack:
         return [self._one_health(n, st, check=check) for n, st in state.services.items()]
 
     def status(self) -> list[ServiceHealth]:
-        """Live health of every server of the recorded stack (empty when none)."""
+        """Live health of every server and broker of the recorded stack (empty when none)."""
         state = self.load()
         if state is None:
             return []
-        with ThreadPoolExecutor(max_workers=len(state.services)) as pool:
-            return list(pool.map(lambda item: self._one_health(*item), state.services.items()))
+        brokers = state.extra.get("brokers", [])
+        with ThreadPoolExecutor(max_workers=len(state.services) + len(brokers)) as pool:
+            servers = list(pool.map(lambda item: self._one_health(*item), state.services.items()))
+            checks = list(pool.map(broker_health, brokers))
+        return servers + [
+            ServiceHealth(b["name"], b["endpoint"], b["pid"], False, running, problem)
+            for b, (running, problem) in zip(brokers, checks, strict=True)
+        ]
 
     def down(
         self, timeout: float = 10.0, progress: Callable[[str], None] | None = None

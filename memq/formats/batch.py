@@ -276,7 +276,16 @@ class BatchBuilder:
     returns a view of the finished object, so no block is copied twice.
     """
 
-    __slots__ = ("_buf", "_end", "_headers", "_reserve", "_sealed", "capacity", "max_blocks")
+    __slots__ = (
+        "_buf",
+        "_end",
+        "_headers",
+        "_reserve",
+        "_sealed",
+        "capacity",
+        "header_crc",
+        "max_blocks",
+    )
 
     def __init__(self, capacity: int, max_blocks: int = 4096) -> None:
         if capacity <= 0 or max_blocks <= 0:
@@ -288,6 +297,8 @@ class BatchBuilder:
         self._end = self._reserve
         self._headers: list[BlockHeader] = []
         self._sealed = False
+        #: CRC of the header written by the last :meth:`seal` (the notification checksum).
+        self.header_crc = 0
 
     @property
     def block_count(self) -> int:
@@ -301,6 +312,10 @@ class BatchBuilder:
     @property
     def record_count(self) -> int:
         return sum(h.record_count for h in self._headers)
+
+    @property
+    def sealed(self) -> bool:
+        return self._sealed
 
     @property
     def headers(self) -> list[BlockHeader]:
@@ -333,6 +348,7 @@ class BatchBuilder:
         header = encode_batch_header(self._headers)
         start = self._reserve - len(header)
         self._buf[start : self._reserve] = header
+        self.header_crc = int.from_bytes(header[-4:], "big")
         self._sealed = True
         return memoryview(self._buf)[start : self._end]
 

@@ -36,15 +36,17 @@ def memq(
 
 
 def _refs(state_dir: Path) -> list[ProcessRef]:
+    """Every process the stack started: three servers and its broker(s)."""
     state = StackState.model_validate_json((state_dir / "stack.json").read_text())
-    return [s.process for s in state.services.values() if s.process is not None]
+    refs = [s.process for s in state.services.values() if s.process is not None]
+    return refs + [ProcessRef(b["pid"], b["start_time"]) for b in state.extra.get("brokers", [])]
 
 
 def test_up_status_logs_restart_down(tmp_path: Path) -> None:
     d = str(tmp_path / "st")
     memq("dev", "up", "--state-dir", d)
     refs = _refs(Path(d))
-    assert len(refs) == 3 and all(is_alive(r) for r in refs)
+    assert len(refs) == 4 and all(is_alive(r) for r in refs)
 
     doc = json.loads(memq("dev", "status", "--json", "--state-dir", d).stdout)
     assert doc["healthy"] is True
@@ -52,16 +54,21 @@ def test_up_status_logs_restart_down(tmp_path: Path) -> None:
     assert doc["s3"]["bucket"] == "memq-dev"
     assert doc["kafka"]["bootstrap"].startswith("127.0.0.1:")
     assert doc["zookeeper"]["connect"].startswith("127.0.0.1:")
-    assert {doc[n]["pid"] for n in ("s3", "kafka", "zookeeper")} == {r.pid for r in refs}
+    (broker,) = doc["brokers"]
+    assert broker["name"] == "broker-1" and broker["healthy"] is True
+    assert broker["endpoint"].startswith("127.0.0.1:") and broker["http"].startswith("http://")
+    pids = {doc[n]["pid"] for n in ("s3", "kafka", "zookeeper")} | {broker["pid"]}
+    assert pids == {r.pid for r in refs}
 
     table = memq("dev", "status", "--state-dir", d).stdout
-    assert table.count("healthy") == 3
+    assert table.count("healthy") == 4 and "broker-1" in table
 
     # A second `up` finds the running stack and starts nothing.
     memq("dev", "up", "--state-dir", d)
     assert _refs(Path(d)) == refs
 
     assert "ready in" in memq("dev", "logs", "kafka", "--state-dir", d).stdout
+    assert "memq broker ready" in memq("dev", "logs", "broker-1", "--state-dir", d).stdout
     assert (
         "binding to port" in memq("dev", "logs", "zookeeper", "-n", "400", "--state-dir", d).stdout
     )

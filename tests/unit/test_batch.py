@@ -116,6 +116,7 @@ def test_builder_reuses_its_buffer_and_matches_encode_batch():
         assert b.record_count == 1 + 2 + 3 + 4
         sealed = bytes(b.seal())
         assert sealed == encode_batch(blocks)
+        assert b.header_crc == decode_batch_header(sealed).crc
         b.reset()
     assert id(b._buf) == buf_id
 

@@ -30,3 +30,17 @@ def test_help(path):
     res = CliRunner().invoke(app, [*path, "--help"])
     assert res.exit_code == 0, res.output
     assert "Usage" in res.output
+
+
+def test_configuration_reference_is_current():
+    from memq.configdoc import render as render_config
+
+    assert (ROOT / "docs" / "configuration.md").read_text() == render_config(), (
+        "docs/configuration.md is stale: run `python -m memq.configdoc > docs/configuration.md`"
+    )
+    rows = [r for r in render_config().splitlines() if r.startswith("| `")]
+    assert rows
+    undocumented = [
+        r for r in rows if r.rsplit("|", 2)[1].strip().startswith("(") or r.endswith("|  |")
+    ]
+    assert not undocumented, undocumented

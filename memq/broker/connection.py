@@ -1,0 +1,306 @@
+"""One client connection: frame splitting, dispatch, responses matched by request id.
+
+Frames are handled in arrival order by a per-connection pump task; a request that must
+wait (for a free batch buffer, or a topic being created) holds back the following
+frames of the same connection, and once the receive buffer passes a limit the socket
+stops being read: TCP back-pressure instead of unbounded queues. Bad input gets a typed
+error response (or, when the byte stream cannot be trusted any more, one response and
+a clean close); nothing a client sends can crash the broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from memq.errors import (
+    ChecksumError,
+    FrameTooLargeError,
+    InvalidRequestError,
+    MemqError,
+    MemqFormatError,
+    MessageTooLargeError,
+    StatusCode,
+    UnknownRequestTypeError,
+    UnsupportedVersionError,
+    status_for_error,
+)
+from memq.formats.block import verify_block
+from memq.formats.frames import (
+    FrameDecoder,
+    RawFrame,
+    Request,
+    RequestType,
+    encode_response,
+    parse_frame,
+)
+from memq.protocol import Ack, MetadataRequest, WriteAck, decode_msg, decode_write, encode_msg
+
+if TYPE_CHECKING:
+    from memq.broker.server import BrokerServer
+    from storage_handlers.base import StoredObject
+
+__all__ = ["BrokerConnection", "error_kind"]
+
+log = logging.getLogger(__name__)
+
+_KINDS = {
+    StatusCode.CORRUPT_MESSAGE: "corrupt",
+    StatusCode.UNSUPPORTED_VERSION: "protocol",
+    StatusCode.UNKNOWN_REQUEST_TYPE: "protocol",
+    StatusCode.INVALID_REQUEST: "protocol",
+    StatusCode.UNKNOWN_TOPIC: "unknown_topic",
+    StatusCode.MESSAGE_TOO_LARGE: "too_large",
+    StatusCode.THROTTLED: "throttled",
+    StatusCode.STORAGE_ERROR: "storage",
+    StatusCode.NOTIFICATION_ERROR: "notification",
+    StatusCode.NOT_WRITER: "not_writer",
+    StatusCode.SHUTTING_DOWN: "shutting_down",
+}
+
+
+def error_kind(status: StatusCode) -> str:
+    return _KINDS.get(status, "other")
+
+
+class BrokerConnection(asyncio.Protocol):
+    def __init__(self, server: BrokerServer) -> None:
+        self.server = server
+        cfg = server.config
+        self.decoder = FrameDecoder(cfg.max_frame_bytes)
+        self.read_limit = 2 * cfg.max_frame_bytes
+        self.idle_timeout = cfg.idle_timeout_s
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self._wake = asyncio.Event()
+        self._closed = False  # we closed it: stop handling frames
+        self._eof = False  # the peer closed it: handle what already arrived, then stop
+        self._paused = False
+        self._last_progress = time.monotonic()
+        self._pump_task: asyncio.Task[None] | None = None
+
+    # --- asyncio.Protocol ---------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.peer = str(transport.get_extra_info("peername"))
+        if len(self.server.connections) >= self.server.config.max_connections:
+            log.warning(
+                "refusing %s: max_connections (%d) reached",
+                self.peer,
+                self.server.config.max_connections,
+            )
+            self.server.metrics.errors.labels("connection_limit").inc()
+            transport.abort()
+            self._closed = True
+            return
+        self.server.connections.add(self)
+        self.server.metrics.connections.set(len(self.server.connections))
+        self._pump_task = asyncio.get_running_loop().create_task(self._pump())
+
+    def data_received(self, data: bytes) -> None:
+        self.decoder.feed(data)
+        self._wake.set()
+        if not self._paused and self.decoder.buffered > self.read_limit and self.transport:
+            self.transport.pause_reading()
+            self._paused = True
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        # Frames already received are still handled (an ack=0 producer may close at once).
+        self._eof = True
+        self._wake.set()
+        self.server.connections.discard(self)
+        self.server.metrics.connections.set(len(self.server.connections))
+
+    @property
+    def is_closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        self._closed = True
+        self._wake.set()
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
+
+    # --- frame pump ---------------------------------------------------------------------
+
+    async def _pump(self) -> None:
+        try:
+            while not self._closed:
+                self._wake.clear()
+                try:
+                    frames = list(self.decoder.frames())
+                except MemqFormatError as e:  # bad length prefix: the stream is lost
+                    self._fatal(e)
+                    return
+                if not frames:
+                    if self._eof:
+                        return
+                    if self._paused and self.transport is not None:
+                        self.transport.resume_reading()
+                        self._paused = False
+                    left = self.idle_timeout - (time.monotonic() - self._last_progress)
+                    if left <= 0:
+                        log.info(
+                            "closing %s: no complete request for %.0f s",
+                            self.peer,
+                            self.idle_timeout,
+                        )
+                        self.server.metrics.errors.labels("idle_timeout").inc()
+                        self.close()
+                        return
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._wake.wait(), left)
+                    continue
+                self._last_progress = time.monotonic()
+                for raw in frames:
+                    if self.is_closed:
+                        return
+                    await self._handle(raw)
+        except Exception:
+            log.exception("connection %s failed; closing it", self.peer)
+            self.close()
+
+    def _fatal(self, e: MemqFormatError) -> None:
+        status = (
+            StatusCode.MESSAGE_TOO_LARGE
+            if isinstance(e, FrameTooLargeError)
+            else StatusCode.CORRUPT_MESSAGE
+        )
+        self.server.metrics.errors.labels(error_kind(status)).inc()
+        log.warning("closing %s: %s", self.peer, e)
+        self._send(encode_response(0, 0, status, f"{e}; closing the connection"))
+        self.close()
+
+    def _send(self, data: bytes) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
+
+    def respond(self, req_type: int, rid: int, body: bytes = b"") -> None:
+        self.server.metrics.requests.labels(_type_name(req_type), "OK").inc()
+        self._send(encode_response(req_type, rid, StatusCode.OK, "", body))
+
+    def respond_error(self, req_type: int, rid: int, err: BaseException, body: bytes = b"") -> None:
+        status = status_for_error(err)
+        self.server.metrics.requests.labels(_type_name(req_type), status.name).inc()
+        self.server.metrics.errors.labels(error_kind(status)).inc()
+        text = (
+            str(err)
+            if isinstance(err, MemqError)
+            else f"internal error: {type(err).__name__}: {err}"
+        )
+        self._send(encode_response(req_type, rid, status, text, body))
+
+    async def _handle(self, raw: RawFrame) -> None:
+        if not raw.crc_ok:
+            self.respond_error(
+                raw.type,
+                raw.request_id,
+                ChecksumError(
+                    "frame CRC mismatch: data was corrupted on the way; closing the connection"
+                ),
+            )
+            self.close()
+            return
+        try:
+            req = parse_frame(raw)
+        except (UnsupportedVersionError, MemqFormatError) as e:
+            self.respond_error(raw.type, raw.request_id, e)
+            return
+        if not isinstance(req, Request):
+            self.respond_error(
+                raw.type, raw.request_id, InvalidRequestError("brokers only accept requests")
+            )
+            return
+        try:
+            if req.type == RequestType.WRITE:
+                await self._write(req)
+            elif self.server.draining:
+                self.respond_error(req.type, req.request_id, self.server.shutting_down_error())
+            elif req.type == RequestType.METADATA:
+                mreq = decode_msg(MetadataRequest, req.body, "METADATA")
+                self.respond(req.type, req.request_id, encode_msg(self.server.metadata(mreq)))
+            elif req.type == RequestType.PING:
+                self.respond(req.type, req.request_id, req.body)
+            elif req.type in self.server.admin_types:
+                body = await self.server.admin(req.type, req.body)
+                self.respond(req.type, req.request_id, body)
+            else:
+                raise UnknownRequestTypeError(
+                    f"unknown request type {req.type}: upgrade the broker?"
+                )
+        except MemqError as e:
+            self.respond_error(req.type, req.request_id, e, e.body)
+
+    # --- WRITE --------------------------------------------------------------------------
+
+    async def _write(self, req: Request) -> None:
+        received = time.monotonic()
+        ack = Ack.ALL
+        try:
+            ack, topic, block = decode_write(req.body)
+            if self.server.draining:
+                raise self.server.shutting_down_error()
+            proc = await self.server.processor_for(topic)
+            limit = proc.config.block_limit
+            if len(block) > limit:
+                raise MessageTooLargeError(
+                    f"block of {len(block)} bytes exceeds topic {topic!r}'s max_block_bytes "
+                    f"{limit}: lower the producer's batch.size"
+                )
+            header = verify_block(block, max_uncompressed=max(limit * 64, 64 << 20))
+            batch, index, dup = await proc.append(block, header, received)
+        except MemqError as e:
+            if ack != Ack.NONE:
+                self.respond_error(req.type, req.request_id, e, e.body)
+            else:
+                self.server.metrics.errors.labels(error_kind(status_for_error(e))).inc()
+            return
+        m = self.server.metrics
+        if ack == Ack.NONE:
+            m.requests.labels("WRITE", "OK").inc()
+        elif ack == Ack.LEADER:
+            if not dup:
+                proc.note_ack1(batch, header.record_count)
+            self.respond(req.type, req.request_id)
+            m.ack_seconds.labels(topic, "1").observe(time.monotonic() - received)
+        else:
+            batch.done.add_done_callback(
+                functools.partial(self._ack_all, req.request_id, topic, index, dup, received)
+            )
+
+    def _ack_all(
+        self,
+        rid: int,
+        topic: str,
+        index: int,
+        dup: bool,
+        received: float,
+        done: asyncio.Future[StoredObject],
+    ) -> None:
+        if done.cancelled():
+            self.respond_error(RequestType.WRITE, rid, self.server.shutting_down_error())
+            return
+        err = done.exception()
+        if err is not None:
+            self.respond_error(RequestType.WRITE, rid, err)
+            return
+        stored = done.result()
+        body = encode_msg(
+            WriteAck(bucket=stored.bucket, key=stored.key, block=index, duplicate=dup)
+        )
+        self.respond(RequestType.WRITE, rid, body)
+        self.server.metrics.ack_seconds.labels(topic, "all").observe(time.monotonic() - received)
+
+
+@functools.cache
+def _type_name(t: int) -> str:
+    try:
+        return RequestType(t).name
+    except ValueError:
+        return "UNKNOWN"

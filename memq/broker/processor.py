@@ -1,0 +1,322 @@
+"""Topic processor: appends verified blocks into batches, seals, stores, notifies, acks.
+
+One per topic a broker writes. Batches live in buffers from a fixed ring of
+preallocated :class:`BatchBuilder`s (``ring_size x batch.bytes`` bounds the topic's
+memory). A batch is sealed on size, age or block count; sealed batches upload
+concurrently in a thread pool (never blocking the event loop), then their
+notification is published; only then are ``ack=all`` waiters answered and the buffer
+returned to the ring. When no buffer is free, writers wait (FIFO) up to the
+throttle timeout and then get a retriable THROTTLED error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import OrderedDict, deque
+from concurrent.futures import Executor, Future
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from memq.broker.metrics import BrokerMetrics
+from memq.config import TopicConfig
+from memq.errors import (
+    BrokerShuttingDownError,
+    MemqError,
+    MessageTooLargeError,
+    NotificationError,
+    NotWriterError,
+    StorageError,
+    ThrottledError,
+)
+from memq.formats.batch import BatchBuilder
+from memq.formats.block import BlockHeader
+from memq.formats.keys import batch_id
+from memq.formats.notification import Notification
+from storage_handlers.base import StorageWriter, StoredObject
+
+__all__ = ["Batch", "NotificationSink", "TopicProcessor"]
+
+log = logging.getLogger(__name__)
+
+DEDUP_WINDOW = 65536
+BlockId = tuple[int, int, int]  # producer id, epoch, sequence
+
+
+class NotificationSink(Protocol):
+    def publish(self, topic: str, notification: Notification) -> Future[Any]: ...
+
+
+@dataclass(eq=False)
+class Batch:
+    """One open or sealed batch and the futures waiting on it."""
+
+    builder: BatchBuilder
+    seq: int
+    opened_at: float
+    done: asyncio.Future[StoredObject]
+    block_ids: list[BlockId] = field(default_factory=list)
+    ack1_records: int = 0
+    timer: asyncio.TimerHandle | None = None
+
+
+class TopicProcessor:
+    def __init__(
+        self,
+        config: TopicConfig,
+        *,
+        cluster: str,
+        broker_id: str,
+        writer: StorageWriter,
+        sink: NotificationSink,
+        executor: Executor,
+        metrics: BrokerMetrics,
+        throttle_timeout: float,
+    ) -> None:
+        self.config = config
+        self.topic = config.name
+        self.cluster = cluster
+        self.broker_id = broker_id
+        self.writer = writer
+        self.sink = sink
+        self.notification_topic = config.notification_topic(cluster)
+        self.executor = executor
+        self.metrics = metrics
+        self.throttle_timeout = throttle_timeout
+        b = config.batch
+        self._free: deque[BatchBuilder] = deque(
+            BatchBuilder(b.max_bytes, b.max_blocks) for _ in range(config.ring_size)
+        )
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._open: Batch | None = None
+        self._seq = 0
+        self._uploads: set[asyncio.Task[None]] = set()
+        self._recent: OrderedDict[BlockId, tuple[Batch, int]] = OrderedDict()
+        self._closing: type[MemqError] | None = None
+        metrics.buffers_total.labels(self.topic).set(config.ring_size)
+        metrics.buffers_in_use.labels(self.topic).set(0)
+        metrics.uploads_in_flight.labels(self.topic).set(0)
+
+    @property
+    def memory_bytes(self) -> int:
+        return self.config.ring_size * (
+            self.config.batch.max_bytes + 20 + 36 * self.config.batch.max_blocks
+        )
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._uploads)
+
+    # --- writes -------------------------------------------------------------------------
+
+    async def append(
+        self, block: memoryview, header: BlockHeader, received: float
+    ) -> tuple[Batch, int, bool]:
+        """Copy a verified block into the open batch; returns (batch, block index, duplicate).
+
+        Raises ThrottledError when no buffer frees up in time, or the error the
+        processor is closing with.
+        """
+        if self._closing is not None:
+            raise self._closing(f"broker no longer writes topic {self.topic!r}")
+        bid = (header.producer_id, header.epoch, header.sequence)
+        seen = self._recent.get(bid)
+        if (
+            seen is not None
+        ):  # failed batches are forgotten, so this one is open, uploading or stored
+            self.metrics.duplicates.labels(self.topic).inc()
+            return seen[0], seen[1], True
+        n = len(block)
+        deadline = received + self.throttle_timeout
+        while True:
+            batch = self._open
+            if batch is None:
+                builder = self._free.popleft() if self._free else None
+                if builder is None:
+                    await self._wait_for_buffer(deadline)
+                    continue
+                batch = self._start_batch(builder)
+            if not batch.builder.fits(n):
+                if batch.builder.block_count == 0:
+                    raise MessageTooLargeError(
+                        f"block of {n} bytes does not fit an empty batch of topic {self.topic!r}"
+                    )
+                self._seal(
+                    batch,
+                    "size" if batch.builder.block_count < batch.builder.max_blocks else "count",
+                )
+                continue
+            index = batch.builder.append(block, header)
+            batch.block_ids.append(bid)
+            self._remember(bid, batch, index)
+            self.metrics.bytes_in.labels(self.topic).inc(n)
+            self.metrics.blocks.labels(self.topic).inc()
+            self.metrics.records.labels(self.topic).inc(header.record_count)
+            b = batch.builder
+            if b.size >= self.config.batch.max_bytes:
+                self._seal(batch, "size")
+            elif b.block_count >= b.max_blocks:
+                self._seal(batch, "count")
+            return batch, index, False
+
+    def note_ack1(self, batch: Batch, records: int) -> None:
+        batch.ack1_records += records
+
+    def _remember(self, bid: BlockId, batch: Batch, index: int) -> None:
+        self._recent[bid] = (batch, index)
+        if len(self._recent) > DEDUP_WINDOW:
+            self._recent.popitem(last=False)
+
+    async def _wait_for_buffer(self, deadline: float) -> None:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        self._waiters.append(fut)
+        self.metrics.throttled_waits.labels(self.topic).inc()
+        try:
+            await asyncio.wait_for(fut, max(0.0, deadline - time.monotonic()))
+        except TimeoutError:
+            raise ThrottledError(
+                f"topic {self.topic!r} has no free batch buffer (all {self.config.ring_size} "
+                "are uploading): storage is slower than ingest; retry with backoff"
+            ) from None
+        finally:
+            with contextlib.suppress(ValueError):
+                self._waiters.remove(fut)
+
+    def _start_batch(self, builder: BatchBuilder) -> Batch:
+        loop = asyncio.get_running_loop()
+        self._seq += 1
+        batch = Batch(builder, self._seq, time.monotonic(), loop.create_future())
+        batch.timer = loop.call_later(self.config.batch.ms / 1000, self._seal_if_open, batch, "age")
+        self._open = batch
+        self.metrics.buffers_in_use.labels(self.topic).set(self.config.ring_size - len(self._free))
+        return batch
+
+    def _seal_if_open(self, batch: Batch, trigger: str) -> None:
+        if self._open is batch:
+            self._seal(batch, trigger)
+
+    def _seal(self, batch: Batch, trigger: str) -> None:
+        if batch.timer is not None:
+            batch.timer.cancel()
+        self._open = None
+        self.metrics.batches.labels(self.topic, trigger).inc()
+        task = asyncio.get_running_loop().create_task(self._upload(batch))
+        self._uploads.add(task)
+        self.metrics.uploads_in_flight.labels(self.topic).set(len(self._uploads))
+        task.add_done_callback(self._upload_done)
+
+    def _upload_done(self, task: asyncio.Task[None]) -> None:
+        self._uploads.discard(task)
+        self.metrics.uploads_in_flight.labels(self.topic).set(len(self._uploads))
+
+    # --- upload + notify ----------------------------------------------------------------
+
+    async def _upload(self, batch: Batch) -> None:
+        loop = asyncio.get_running_loop()
+        b = batch.builder
+        view = b.seal()
+        created = int(time.time() * 1000)
+        bid = batch_id(created, self.broker_id, batch.seq)
+        self.metrics.batch_bytes.labels(self.topic).observe(len(view))
+        try:
+            t0 = time.monotonic()
+            try:
+                stored = await loop.run_in_executor(
+                    self.executor, self.writer.store, self.topic, bid, created, view
+                )
+            except MemqError as e:
+                self.metrics.errors.labels("storage").inc()
+                raise StorageError(f"topic {self.topic!r}: batch {bid} not stored: {e}") from e
+            self.metrics.upload_seconds.labels(self.topic, self.writer.name).observe(
+                time.monotonic() - t0
+            )
+            headers = b.headers
+            note = Notification(
+                topic=self.topic,
+                cluster=self.cluster,
+                broker=self.broker_id,
+                storage=stored.storage,
+                bucket=stored.bucket,
+                key=stored.key,
+                size=stored.size,
+                block_count=len(headers),
+                record_count=b.record_count,
+                min_timestamp=min(h.min_timestamp for h in headers),
+                max_timestamp=max(h.max_timestamp for h in headers),
+                checksum=b.header_crc,
+                batch_id=bid,
+                created_at=created,
+            )
+            t0 = time.monotonic()
+            try:
+                await asyncio.wrap_future(self.sink.publish(self.notification_topic, note))
+            except MemqError as e:
+                self.metrics.errors.labels("notification").inc()
+                await self._drop_orphan(stored)
+                raise NotificationError(
+                    f"topic {self.topic!r}: batch {stored.key} stored but its notification "
+                    f"failed ({e}); the object was removed and the write must be retried"
+                ) from e
+            self.metrics.notify_seconds.labels(self.topic).observe(time.monotonic() - t0)
+            batch.done.set_result(stored)
+        except MemqError as e:
+            log.error("%s", e)
+            self._forget(batch)
+            if batch.ack1_records:
+                self.metrics.lost_unacked.labels(self.topic).inc(batch.ack1_records)
+            batch.done.set_exception(e)
+            batch.done.exception()  # mark retrieved: waiters may all be ack=0/1
+        finally:
+            view.release()
+            b.reset()
+            self._release(b)
+
+    async def _drop_orphan(self, stored: StoredObject) -> None:
+        try:
+            await asyncio.get_running_loop().run_in_executor(
+                self.executor, self.writer.delete, stored.key
+            )
+        except Exception as e:  # the object is unreferenced: harmless but listed by Spark
+            log.warning("could not delete orphan object %s: %s", stored.key, e)
+
+    def _forget(self, batch: Batch) -> None:
+        for bid in batch.block_ids:
+            seen = self._recent.get(bid)
+            if seen is not None and seen[0] is batch:
+                del self._recent[bid]
+
+    def _release(self, builder: BatchBuilder) -> None:
+        self._free.append(builder)
+        self.metrics.buffers_in_use.labels(self.topic).set(self.config.ring_size - len(self._free))
+        while self._waiters:
+            w = self._waiters.popleft()
+            if not w.done():
+                w.set_result(None)
+                break
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    async def close(self, trigger: str = "shutdown", timeout: float = 60.0) -> None:
+        """Seal the open batch, wait for every upload, fail waiters for buffers.
+
+        New writes get BrokerShuttingDownError (``shutdown``) or NotWriterError
+        (``reassign``) so producers retry elsewhere.
+        """
+        self._closing = BrokerShuttingDownError if trigger == "shutdown" else NotWriterError
+        if self._open is not None:
+            self._seal(self._open, trigger)
+        for w in list(self._waiters):
+            if not w.done():
+                w.set_exception(self._closing(f"broker stopped writing topic {self.topic!r}"))
+        if self._uploads:
+            _done, pending = await asyncio.wait(set(self._uploads), timeout=timeout)
+            if pending:
+                log.error(
+                    "topic %s: %d uploads still running after %.0f s at close",
+                    self.topic,
+                    len(pending),
+                    timeout,
+                )

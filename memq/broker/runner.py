@@ -1,0 +1,107 @@
+"""Running a broker: in the foreground (``memq broker``) or in a background thread (tests)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+from collections.abc import Coroutine
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any, TypeVar
+
+from memq.broker.server import BrokerServer
+from memq.config import BrokerConfig
+from memq.errors import MemqError
+
+__all__ = ["READY_MARKER", "BrokerThread", "run_broker"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+#: Printed (with a JSON object) once the broker serves; the dev stack waits for it.
+READY_MARKER = "memq broker ready"
+
+
+def run_broker(config: BrokerConfig, ready_file: Path | None = None) -> None:
+    """Serve until SIGTERM/SIGINT, then drain: seal, upload, answer everything, return."""
+
+    async def main() -> None:
+        server = BrokerServer(config)
+        try:
+            await server.start()
+        except BaseException:
+            await server.shutdown()
+            raise
+        info = {"broker": config.broker_id, "port": server.port, "http_port": server.http_port}
+        print(f"{READY_MARKER} {json.dumps(info)}", flush=True)
+        if ready_file is not None:
+            tmp = ready_file.with_suffix(".tmp")
+            tmp.write_text(json.dumps(info))
+            tmp.replace(ready_file)
+        await server.serve_until_signal()
+
+    asyncio.run(main())
+
+
+class BrokerThread:
+    """A broker on its own event loop in a daemon thread (tests, embedding)."""
+
+    def __init__(self, config: BrokerConfig, **server_kwargs: Any) -> None:
+        self.config = config
+        self._kwargs = server_kwargs
+        self.loop = asyncio.new_event_loop()
+        self.server: BrokerServer | None = None
+        self._thread = threading.Thread(
+            target=self._run, name=f"broker-{config.broker_id}", daemon=True
+        )
+        self._started: Future[BrokerServer] = Future()
+        self._stopped = threading.Event()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        try:
+            self.server = BrokerServer(self.config, **self._kwargs)
+            self.loop.run_until_complete(self.server.start())
+        except BaseException as e:
+            self._started.set_exception(e)
+            self.loop.close()
+            self._stopped.set()
+            return
+        self._started.set_result(self.server)
+        try:
+            self.loop.run_forever()
+        finally:
+            self.loop.close()
+            self._stopped.set()
+
+    def start(self, timeout: float = 60.0) -> BrokerServer:
+        self._thread.start()
+        return self._started.result(timeout)
+
+    def call(self, coro: Coroutine[Any, Any, T], timeout: float | None = 60.0) -> T:
+        """Run a coroutine on the broker's loop and wait for its result."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def stop(self, timeout: float = 120.0) -> None:
+        if self.server is not None and not self._stopped.is_set():
+            try:
+                self.call(self.server.shutdown(), timeout)
+            finally:
+                self.loop.call_soon_threadsafe(self.loop.stop)
+                self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise MemqError(f"broker thread {self.config.broker_id} did not stop in {timeout} s")
+
+    @property
+    def address(self) -> str:
+        assert self.server is not None
+        return self.server.address
+
+    def __enter__(self) -> BrokerThread:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,169 @@
+"""Client side of the broker protocol: one TCP connection, many requests in flight.
+
+Responses are matched to requests by id. Every request has a deadline; a lost
+connection fails every request in flight with a retriable ConnectionLostError.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+
+from memq.errors import (
+    ConnectionLostError,
+    MemqError,
+    MemqFormatError,
+    RequestTimeoutError,
+    StatusCode,
+    error_for_status,
+)
+from memq.formats.frames import (
+    DEFAULT_MAX_FRAME_SIZE,
+    FrameDecoder,
+    Response,
+    parse_frame,
+    request_frame_parts,
+)
+
+__all__ = ["ClientConnection", "parse_address"]
+
+log = logging.getLogger(__name__)
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    host, sep, port = address.strip().rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise MemqError(f"bad broker address {address!r}: use host:port")
+    return host.strip("[]"), int(port)
+
+
+class ClientConnection(asyncio.Protocol):
+    """Use :meth:`open` to connect; then :meth:`request` from the owning event loop."""
+
+    def __init__(self, address: str, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+        self.address = address
+        self.decoder = FrameDecoder(max_frame_size)
+        self.transport: asyncio.Transport | None = None
+        self._pending: dict[int, asyncio.Future[Response]] = {}
+        self._ids = itertools.count(1)
+        self._lost: MemqError | None = None
+        self._drained = asyncio.Event()
+        self._drained.set()
+
+    @classmethod
+    async def open(
+        cls, address: str, *, timeout: float = 10.0, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
+    ) -> ClientConnection:
+        host, port = parse_address(address)
+        loop = asyncio.get_running_loop()
+        try:
+            _, proto = await asyncio.wait_for(
+                loop.create_connection(lambda: cls(address, max_frame_size), host, port), timeout
+            )
+        except TimeoutError:
+            raise ConnectionLostError(
+                f"connecting to broker {address} timed out after {timeout} s"
+            ) from None
+        except OSError as e:
+            raise ConnectionLostError(
+                f"cannot connect to broker {address}: {e.strerror or e}"
+            ) from None
+        return proto
+
+    # --- asyncio.Protocol ---------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.decoder.feed(data)
+        try:
+            for raw in self.decoder.frames():
+                resp = parse_frame(raw)
+                if not isinstance(resp, Response):
+                    raise MemqFormatError("broker sent a request frame")
+                if resp.request_id == 0 and resp.status != StatusCode.OK:
+                    # A connection-level error (the broker closes after it).
+                    self._fail_all(error_for_status(resp.status, resp.error))
+                    continue
+                fut = self._pending.pop(resp.request_id, None)
+                if fut is not None and not fut.done():
+                    fut.set_result(resp)
+        except MemqFormatError as e:
+            self._fail_all(ConnectionLostError(f"broker {self.address} sent a corrupt frame: {e}"))
+            if self.transport is not None:
+                self.transport.abort()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        reason = f": {exc}" if exc else ""
+        self._fail_all(ConnectionLostError(f"connection to broker {self.address} closed{reason}"))
+
+    def pause_writing(self) -> None:
+        self._drained.clear()
+
+    def resume_writing(self) -> None:
+        self._drained.set()
+
+    def _fail_all(self, err: MemqError) -> None:
+        if self._lost is None:
+            self._lost = err
+        pending, self._pending = self._pending, {}
+        for fut in pending.values():
+            if not fut.done():
+                fut.set_exception(type(err)(str(err), body=err.body))
+        self._drained.set()
+
+    # --- API ----------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._lost is not None or self.transport is None or self.transport.is_closing()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._pending)
+
+    def _next_id(self) -> int:
+        rid = next(self._ids) & 0xFFFFFFFF
+        if rid == 0:
+            rid = next(self._ids) & 0xFFFFFFFF
+        return rid
+
+    def _check_open(self) -> asyncio.Transport:
+        if self._lost is not None:
+            raise type(self._lost)(str(self._lost))
+        if self.transport is None or self.transport.is_closing():
+            raise ConnectionLostError(f"connection to broker {self.address} is closed")
+        return self.transport
+
+    async def send(self, req_type: int, *body: bytes | memoryview) -> None:
+        """Send a request that gets no response (WRITE with ack=0)."""
+        transport = self._check_open()
+        transport.writelines(request_frame_parts(req_type, self._next_id(), *body))
+        await self._drained.wait()
+
+    async def request(
+        self, req_type: int, *body: bytes | memoryview, timeout: float = 30.0
+    ) -> Response:
+        """Send a request and wait for its response; non-OK statuses raise typed errors."""
+        transport = self._check_open()
+        rid = self._next_id()
+        fut: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+        self._pending[rid] = fut
+        transport.writelines(request_frame_parts(req_type, rid, *body))
+        try:
+            resp = await asyncio.wait_for(fut, timeout)
+        except TimeoutError:
+            self._pending.pop(rid, None)
+            raise RequestTimeoutError(
+                f"broker {self.address} did not answer request {rid} within {timeout:.1f} s"
+            ) from None
+        if resp.status != StatusCode.OK:
+            raise error_for_status(resp.status, resp.error, resp.body)
+        return resp
+
+    def close(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()

@@ -1,0 +1,122 @@
+"""Connections to brokers by address, and cluster metadata with refresh."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+
+from memq.client.connection import ClientConnection
+from memq.errors import ConnectionLostError, MemqError, UnknownTopicError
+from memq.formats.frames import RequestType
+from memq.protocol import ClusterMetadata, MetadataRequest, TopicMetadata, decode_msg, encode_msg
+
+__all__ = ["ConnectionPool", "MetadataCache"]
+
+log = logging.getLogger(__name__)
+
+
+class ConnectionPool:
+    """One connection per broker address, reopened after it fails."""
+
+    def __init__(self, *, connect_timeout: float, max_frame_size: int) -> None:
+        self.connect_timeout = connect_timeout
+        self.max_frame_size = max_frame_size
+        self._conns: dict[str, ClientConnection] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def get(self, address: str) -> ClientConnection:
+        conn = self._conns.get(address)
+        if conn is not None and not conn.closed:
+            return conn
+        lock = self._locks.setdefault(address, asyncio.Lock())
+        async with lock:
+            conn = self._conns.get(address)
+            if conn is None or conn.closed:
+                conn = await ClientConnection.open(
+                    address, timeout=self.connect_timeout, max_frame_size=self.max_frame_size
+                )
+                self._conns[address] = conn
+        return conn
+
+    def drop(self, address: str) -> None:
+        conn = self._conns.pop(address, None)
+        if conn is not None:
+            conn.close()
+
+    def close(self) -> None:
+        for addr in list(self._conns):
+            self.drop(addr)
+
+
+class MetadataCache:
+    """Topic metadata from any bootstrap broker, cached for ``max_age`` seconds."""
+
+    def __init__(
+        self, bootstrap: list[str], pool: ConnectionPool, *, max_age: float, timeout: float
+    ) -> None:
+        if not bootstrap:
+            raise MemqError("no bootstrap brokers given: set bootstrap.servers (host:port,...)")
+        self.bootstrap = bootstrap
+        self.pool = pool
+        self.max_age = max_age
+        self.timeout = timeout
+        self._topics: dict[str, tuple[float, TopicMetadata]] = {}
+        self.cluster: ClusterMetadata | None = None
+        self._rr = itertools.count()
+        self._lock = asyncio.Lock()
+
+    def _candidates(self) -> list[str]:
+        known = [b.address for b in self.cluster.brokers] if self.cluster else []
+        seen: dict[str, None] = dict.fromkeys(known + self.bootstrap)
+        addrs = list(seen)
+        start = next(self._rr) % len(addrs)
+        return addrs[start:] + addrs[:start]
+
+    async def fetch(self, topics: list[str] | None) -> ClusterMetadata:
+        """Ask brokers in turn until one answers."""
+        errors = []
+        for addr in self._candidates():
+            try:
+                conn = await self.pool.get(addr)
+                resp = await conn.request(
+                    RequestType.METADATA,
+                    encode_msg(MetadataRequest(topics=topics)),
+                    timeout=self.timeout,
+                )
+            except MemqError as e:
+                if isinstance(e, ConnectionLostError):
+                    self.pool.drop(addr)
+                errors.append(f"{addr}: {e}")
+                continue
+            meta = decode_msg(ClusterMetadata, resp.body, "METADATA response")
+            self.update(meta)
+            return meta
+        raise ConnectionLostError("no broker answered a metadata request: " + "; ".join(errors))
+
+    def update(self, meta: ClusterMetadata) -> None:
+        self.cluster = meta
+        now = time.monotonic()
+        for name, t in meta.topics.items():
+            self._topics[name] = (now, t)
+
+    def invalidate(self, topic: str) -> None:
+        self._topics.pop(topic, None)
+
+    async def topic(self, topic: str, *, refresh: bool = False) -> TopicMetadata:
+        entry = self._topics.get(topic)
+        if refresh or entry is None or time.monotonic() - entry[0] > self.max_age:
+            async with self._lock:
+                entry = self._topics.get(topic)
+                if refresh or entry is None or time.monotonic() - entry[0] > self.max_age:
+                    await self.fetch([topic])
+                    entry = self._topics.get(topic)
+        if entry is None:
+            raise UnknownTopicError(f"no metadata for topic {topic!r}")
+        return entry[1]
+
+    def address_of(self, broker_id: str) -> str | None:
+        if self.cluster is None:
+            return None
+        return next((b.address for b in self.cluster.brokers if b.id == broker_id), None)

@@ -1,0 +1,152 @@
+"""Generate ``docs/configuration.md`` from the config models: ``python -m memq.configdoc``.
+
+Descriptions come from each field's ``#:`` comment in the source; a test checks the
+committed file equals this output.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import sys
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic_core import PydanticUndefined
+
+from memq.config import (
+    BatchConfig,
+    BrokerConfig,
+    FilesystemConfig,
+    NotificationConfig,
+    S3Config,
+    StorageConfig,
+    TopicConfig,
+    ZooKeeperConfig,
+)
+
+__all__ = ["render"]
+
+_FIELD = re.compile(r"^\s+(\w+):")
+
+
+def _comments(model: type[BaseModel]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for cls in reversed(model.__mro__):
+        if not (isinstance(cls, type) and issubclass(cls, BaseModel)) or cls is BaseModel:
+            continue
+        try:
+            lines = inspect.getsource(cls).splitlines()
+        except (OSError, TypeError):
+            continue
+        pending: list[str] = []
+        for line in lines:
+            stripped = line.strip()
+            if stripped.startswith("#:"):
+                pending.append(stripped[2:].strip())
+                continue
+            m = _FIELD.match(line)
+            if m and pending:
+                out[m.group(1)] = " ".join(pending)
+            pending = []
+    return out
+
+
+def _type(ann: Any) -> str:
+    text = str(ann) if getattr(ann, "__args__", None) else getattr(ann, "__name__", str(ann))
+    text = re.sub(r"<class '([\w.]+)'>", r"\1", text)
+    text = re.sub(r"\b(?:memq\.[\w.]+\.|typing\.|pydantic\.)", "", text)
+    return text.replace("|", "\\|")
+
+
+def _default(field: Any) -> str:
+    if field.default is PydanticUndefined:
+        return "required" if field.default_factory is None else "(computed)"
+    d = field.default
+    if isinstance(d, Enum):
+        return f"`{d.name.lower()}`"
+    if isinstance(d, BaseModel):
+        return "(defaults)"
+    if d is None:
+        return "null"
+    return f"`{d!r}`".replace("'", "") if not isinstance(d, bool) else f"`{str(d).lower()}`"
+
+
+def _table(title: str, model: type[BaseModel], note: str = "") -> str:
+    docs = _comments(model)
+    rows = [f"\n## {title}\n", (inspect.getdoc(model) or "").strip(), ""]
+    if note:
+        rows += [note, ""]
+    rows += ["| key | type | default | meaning |", "|---|---|---|---|"]
+    for name, f in model.model_fields.items():
+        key = f.alias or name
+        meaning = docs.get(name, "")
+        bounds = [
+            f"{k} {getattr(m, k)}"
+            for m in f.metadata
+            for k in ("ge", "gt", "le", "lt")
+            if getattr(m, k, None) is not None
+        ]
+        if bounds:
+            meaning += f" ({', '.join(bounds)})"
+        rows.append(f"| `{key}` | {_type(f.annotation)} | {_default(f)} | {meaning.strip()} |")
+    return "\n".join(rows)
+
+
+HEADER = """# Configuration reference
+
+Generated from the config models by `python -m memq.configdoc > docs/configuration.md`
+(a test keeps it current). A broker reads one YAML file (`memq broker --config
+broker.yaml`); every key is validated at start, and an unknown or invalid key stops the
+broker with a message naming the key, the bad value and the fix. Environment variables
+override the file: `MEMQ__` + the key path joined by `__`, e.g. `MEMQ__PORT=9100`,
+`MEMQ__TOPIC_DEFAULTS__STORAGE__S3__BUCKET=my-bucket` (values parse as YAML scalars).
+
+Each entry of `topics` is merged over `topic_defaults`, so a topic only lists what
+differs. Minimal broker file:
+
+```yaml
+broker_id: broker-1
+cluster: prod
+topic_defaults:
+  storage: {type: s3, s3: {bucket: my-memq-bucket, region: us-east-1}}
+  notification: {bootstrap_servers: "kafka-1:9092,kafka-2:9092", partitions: 16}
+  batch: {bytes: 8388608, ms: 1000}
+topics:
+  - name: events
+  - name: logs
+    batch: {ms: 250}
+```
+"""
+
+
+def render() -> str:
+    from memq.producer.config import ProducerConfig
+
+    parts = [
+        HEADER,
+        _table("Broker (top level)", BrokerConfig),
+        _table(
+            "Topic (`topics[]`, `topic_defaults`)",
+            TopicConfig,
+            "`topic_defaults` takes every key but `name`.",
+        ),
+        _table("Batching (`batch`)", BatchConfig),
+        _table("Storage (`storage`)", StorageConfig),
+        _table("S3 storage (`storage.s3`)", S3Config),
+        _table("Filesystem storage (`storage.filesystem`)", FilesystemConfig),
+        _table("Notifications (`notification`)", NotificationConfig),
+        _table("ZooKeeper (`zookeeper`)", ZooKeeperConfig),
+        _table(
+            "Producer (`memq.Producer`)",
+            ProducerConfig,
+            "Keys are Kafka's dotted names; the snake_case field names work too "
+            "(`Producer(linger_ms=5)`).",
+        ),
+    ]
+    return "\n".join(parts).rstrip() + "\n"
+
+
+if __name__ == "__main__":
+    sys.stdout.write(render())

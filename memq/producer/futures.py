@@ -1,0 +1,121 @@
+"""Delivery results: one shared state per block, a light future per record."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from memq.errors import MemqError, RequestTimeoutError
+
+__all__ = ["BlockResult", "DeliveryCallback", "RecordFuture", "RecordMetadata"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class RecordMetadata:
+    """Where an acknowledged record went. ``key``/``bucket`` are set for acks=all only."""
+
+    topic: str
+    timestamp: int
+    producer_id: int
+    epoch: int
+    sequence: int
+    record_index: int
+    bucket: str | None = None
+    key: str | None = None
+    block_index: int | None = None
+    duplicate: bool = False
+
+
+DeliveryCallback = Callable[[MemqError | None, RecordMetadata], Any]
+
+
+class BlockResult:
+    """Completion state shared by every record of one block (set once, by the sender)."""
+
+    __slots__ = ("_callbacks", "_done", "_lock", "error", "meta")
+
+    def __init__(self) -> None:
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+        self.error: MemqError | None = None
+        self.meta: dict[str, Any] = {}
+        self._callbacks: list[Callable[[], None]] = []
+
+    def complete(self, error: MemqError | None, **meta: Any) -> None:
+        with self._lock:
+            if self._done.is_set():
+                return
+            self.error = error
+            self.meta = meta
+            self._done.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for cb in callbacks:
+            try:
+                cb()
+            except Exception:
+                log.exception("delivery callback raised")
+
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def wait(self, timeout: float | None) -> bool:
+        return self._done.wait(timeout)
+
+    def on_done(self, cb: Callable[[], None]) -> None:
+        with self._lock:
+            if not self._done.is_set():
+                self._callbacks.append(cb)
+                return
+        cb()
+
+
+class RecordFuture:
+    """The result of one ``produce()``: ``result(timeout)`` returns RecordMetadata or raises."""
+
+    __slots__ = ("_block", "_index", "_timestamp", "topic")
+
+    def __init__(self, block: BlockResult, topic: str, index: int, timestamp: int) -> None:
+        self._block = block
+        self.topic = topic
+        self._index = index
+        self._timestamp = timestamp
+
+    def done(self) -> bool:
+        return self._block.done()
+
+    def cancelled(self) -> bool:
+        return False
+
+    def _metadata(self) -> RecordMetadata:
+        m = self._block.meta
+        return RecordMetadata(
+            topic=self.topic,
+            timestamp=self._timestamp,
+            producer_id=m.get("producer_id", 0),
+            epoch=m.get("epoch", 0),
+            sequence=m.get("sequence", 0),
+            record_index=self._index,
+            bucket=m.get("bucket"),
+            key=m.get("key"),
+            block_index=m.get("block_index"),
+            duplicate=m.get("duplicate", False),
+        )
+
+    def exception(self, timeout: float | None = None) -> MemqError | None:
+        if not self._block.wait(timeout):
+            raise RequestTimeoutError(f"record not delivered within {timeout} s")
+        return self._block.error
+
+    def result(self, timeout: float | None = None) -> RecordMetadata:
+        err = self.exception(timeout)
+        if err is not None:
+            raise err
+        return self._metadata()
+
+    def add_done_callback(self, fn: Callable[[RecordFuture], Any]) -> None:
+        self._block.on_done(lambda: fn(self))

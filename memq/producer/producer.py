@@ -1,0 +1,303 @@
+"""``memq.Producer``: Kafka-like, thread-safe, batching producer.
+
+``produce()`` appends a record to its topic's open block under a lock (cheap, per
+record) and returns a :class:`RecordFuture`. A block is sealed when it reaches
+``batch.size`` or when ``linger.ms`` passes, encoded and compressed off the caller's
+thread, and sent by a background I/O event loop that retries retriable errors with
+jittered backoff until ``delivery.timeout.ms``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from memq.errors import ClientClosedError, MemqError, MessageTooLargeError
+from memq.formats.block import BLOCK_HEADER_SIZE, Header
+from memq.producer.accumulator import OpenBlock, SealedBlock, record_size
+from memq.producer.config import ProducerConfig
+from memq.producer.futures import DeliveryCallback, RecordFuture
+from memq.producer.sender import Sender
+
+__all__ = ["BufferFullError", "Producer"]
+
+log = logging.getLogger(__name__)
+
+
+class BufferFullError(MemqError, BufferError):
+    """produce() waited ``max.block.ms`` for buffer space: the brokers do not keep up."""
+
+    retriable = True
+
+
+def _as_bytes(v: Any, what: str) -> bytes:
+    if isinstance(v, bytes):
+        return v
+    if isinstance(v, str):
+        return v.encode("utf-8")
+    if isinstance(v, bytearray | memoryview):
+        return bytes(v)
+    raise TypeError(f"record {what} must be bytes or str, not {type(v).__name__}")
+
+
+def _headers(h: Mapping[str, Any] | Iterable[tuple[str, Any]] | None) -> tuple[Header, ...] | None:
+    if not h:
+        return None
+    items = h.items() if isinstance(h, Mapping) else h
+    out = []
+    for name, value in items:
+        if not isinstance(name, str):
+            raise TypeError(f"header names must be str, not {type(name).__name__}")
+        out.append((name, None if value is None else _as_bytes(value, f"header {name!r}")))
+    return tuple(out)
+
+
+def dev_stack_bootstrap() -> list[str]:
+    """Broker addresses of the running local stack, or a clear error."""
+    from memq.devstack import DevStack
+
+    stack = DevStack()
+    state = stack.load()
+    brokers = state.extra.get("brokers", []) if state else []
+    addrs = [b["endpoint"] for b in brokers if b.get("endpoint")]
+    if not addrs:
+        raise MemqError(
+            "no bootstrap.servers given and no local stack with brokers under "
+            f"{stack.state_dir}: run `memq dev up` or set bootstrap.servers"
+        )
+    return addrs
+
+
+class Producer:
+    """Send records to MemQ topics.
+
+    >>> p = Producer({"bootstrap.servers": "127.0.0.1:9092", "acks": "all"})
+    >>> p.produce("events", b"hello").result(timeout=30)  # doctest: +SKIP
+    >>> p.close()  # doctest: +SKIP
+
+    Thread-safe. Delivery callbacks ``on_delivery(err, metadata)`` run on the
+    producer's I/O thread: keep them short.
+    """
+
+    def __init__(
+        self, config: Mapping[str, Any] | ProducerConfig | None = None, /, **kwargs: Any
+    ) -> None:
+        if isinstance(config, ProducerConfig):
+            cfg = config.model_copy(update=kwargs) if kwargs else config
+        else:
+            cfg = ProducerConfig.from_mapping(config, **kwargs)
+        self.config = cfg
+        bootstrap = cfg.bootstrap_list() or dev_stack_bootstrap()
+        self.producer_id = (
+            cfg.producer_id if cfg.producer_id is not None else random.getrandbits(63)
+        )
+        self.epoch = cfg.epoch
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._open: dict[str, OpenBlock] = {}
+        self._seq: dict[str, int] = {}
+        self._limits: dict[str, int] = {}
+        self._buffered = 0
+        self._pending_records = 0
+        self._closed = False
+        self._encoder = ThreadPoolExecutor(cfg.encode_threads, thread_name_prefix="memq-encode")
+        self._loop = asyncio.new_event_loop()
+        self._sender = Sender(
+            cfg,
+            bootstrap,
+            producer_id=self.producer_id,
+            epoch=self.epoch,
+            encoder=self._encoder,
+            finish=self._finish,
+            encoded=self._encoded,
+        )
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="memq-producer-io", daemon=True
+        )
+        self._thread.start()
+
+    # --- produce ------------------------------------------------------------------------
+
+    def _block_limit(self, topic: str) -> int:
+        limit = self._limits.get(topic)
+        if limit is None:
+            limit = self.config.batch_size
+            try:
+                tmeta = asyncio.run_coroutine_threadsafe(
+                    self._sender.meta.topic(topic), self._loop
+                ).result(self.config.max_block_ms / 1000 or None)
+                if tmeta.max_block_bytes:
+                    limit = min(limit, tmeta.max_block_bytes)
+            except MemqError as e:
+                log.debug("no metadata for %s yet (%s): using batch.size", topic, e)
+            except TimeoutError:
+                log.debug("metadata for %s timed out: using batch.size", topic)
+            self._limits[topic] = limit
+        return limit
+
+    def produce(
+        self,
+        topic: str,
+        value: bytes | str,
+        key: bytes | str | None = None,
+        headers: Mapping[str, Any] | Iterable[tuple[str, Any]] | None = None,
+        timestamp: int | None = None,
+        on_delivery: DeliveryCallback | None = None,
+    ) -> RecordFuture:
+        """Queue one record; the future resolves when the chosen ``acks`` is satisfied."""
+        if self._closed:
+            raise ClientClosedError("producer is closed")
+        v = _as_bytes(value, "value")
+        k = None if key is None else _as_bytes(key, "key")
+        h = _headers(headers)
+        ts = int(time.time() * 1000) if timestamp is None else int(timestamp)
+        size = record_size(k, v, h)
+        limit = self._block_limit(topic)
+        if size + BLOCK_HEADER_SIZE > limit:
+            raise MessageTooLargeError(
+                f"record of {size} bytes does not fit in a block of at most {limit} bytes "
+                "(batch.size, capped by the topic's max_block_bytes)"
+            )
+        sealed: SealedBlock | None = None
+        new_block: OpenBlock | None = None
+        with self._lock:
+            self._reserve(size)
+            acc = self._open.get(topic)
+            if acc is not None and acc.size + size + BLOCK_HEADER_SIZE > limit:
+                sealed = self._seal_locked(topic, acc)
+                acc = None
+            if acc is None:
+                acc = new_block = self._open[topic] = OpenBlock(topic)
+            fut = acc.add(ts, k, v, h, size, on_delivery)
+            self._pending_records += 1
+        if sealed is not None:
+            self._submit(sealed)
+        if new_block is not None:
+            self._loop.call_soon_threadsafe(self._arm_linger, topic, new_block)
+        return fut
+
+    def _reserve(self, size: int) -> None:
+        cap = self.config.buffer_memory
+        if self._buffered + size <= cap or self._buffered == 0:
+            self._buffered += size
+            return
+        deadline = time.monotonic() + self.config.max_block_ms / 1000
+        while self._buffered + size > cap and self._buffered > 0:
+            left = deadline - time.monotonic()
+            if left <= 0 or self._closed:
+                raise BufferFullError(
+                    f"producer buffer full ({self._buffered} of buffer.memory={cap} bytes) for "
+                    f"max.block.ms={self.config.max_block_ms}: the brokers are not keeping up; "
+                    "slow down, raise buffer.memory, or check broker health"
+                )
+            self._changed.wait(left)
+        self._buffered += size
+
+    def _seal_locked(self, topic: str, acc: OpenBlock) -> SealedBlock:
+        del self._open[topic]
+        seq = self._seq.get(topic, 0)
+        self._seq[topic] = seq + 1
+        return acc.seal(seq)
+
+    def _submit(self, block: SealedBlock) -> None:
+        self._loop.call_soon_threadsafe(self._sender.spawn, block)
+
+    def _arm_linger(self, topic: str, acc: OpenBlock) -> None:
+        self._loop.call_later(self.config.linger_ms / 1000, self._linger_expired, topic, acc)
+
+    def _linger_expired(self, topic: str, acc: OpenBlock) -> None:
+        with self._lock:
+            sealed = self._seal_locked(topic, acc) if self._open.get(topic) is acc else None
+        if sealed is not None:
+            self._sender.spawn(sealed)
+
+    # --- completion ---------------------------------------------------------------------
+
+    def _encoded(self, block: SealedBlock, nbytes: int) -> None:
+        """The block is encoded: account its encoded size and free the record objects.
+
+        buffer.memory then bounds what the producer really holds (compressed blocks),
+        so compression lets more records be in flight instead of fewer.
+        """
+        o = block.open
+        o.release_records()
+        with self._lock:
+            self._buffered += nbytes - o.size
+            o.size = nbytes
+            self._changed.notify_all()
+
+    def _finish(self, block: SealedBlock, error: MemqError | None, meta: dict[str, Any]) -> None:
+        o = block.open
+        with self._lock:
+            self._buffered -= o.size
+            self._pending_records -= o.count
+            self._changed.notify_all()
+        o.result.complete(error, **meta)
+        for index, cb in o.callbacks:
+            try:
+                cb(error, RecordFuture(o.result, o.topic, index, o.timestamp(index))._metadata())
+            except Exception:
+                log.exception("on_delivery callback raised")
+
+    # --- flush / close ------------------------------------------------------------------
+
+    def flush(self, timeout: float | None = None) -> int:
+        """Send every open block and wait until all records are acknowledged or failed.
+
+        Returns the number of records still pending (0 when everything completed).
+        """
+        with self._lock:
+            sealed = [self._seal_locked(t, acc) for t, acc in list(self._open.items())]
+        for b in sealed:
+            self._submit(b)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            while self._pending_records:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    break
+                self._changed.wait(left)
+            return self._pending_records
+
+    def __len__(self) -> int:
+        """Records produced but not yet acknowledged or failed."""
+        return self._pending_records
+
+    @property
+    def stats(self) -> dict[str, int]:
+        return {
+            "pending_records": self._pending_records,
+            "buffered_bytes": self._buffered,
+            "requests": self._sender.sent_requests,
+            "retries": self._sender.retries,
+        }
+
+    def close(self, timeout: float | None = 30.0) -> int:
+        """Flush (up to ``timeout``), then stop the I/O thread; returns records left unsent."""
+        if self._closed:
+            return 0
+        left = self.flush(timeout)
+        self._closed = True
+        with self._lock:
+            self._changed.notify_all()
+        try:
+            asyncio.run_coroutine_threadsafe(self._sender.shutdown(), self._loop).result(10)
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._encoder.shutdown(wait=False)
+        if left:
+            log.warning("producer closed with %d records undelivered", left)
+        return left
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

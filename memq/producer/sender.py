@@ -1,0 +1,212 @@
+"""The producer's network side: routes blocks to a topic's writers, retries, completes.
+
+Runs on the producer's I/O event loop. Each block is encoded once (off the loop, in
+the encoder pool) and re-sent unchanged on retry, with the same producer id, epoch and
+sequence, so the broker (and every reader) recognises a duplicate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor
+from typing import Any
+
+from memq.client.pool import ConnectionPool, MetadataCache
+from memq.errors import (
+    ClientClosedError,
+    ConnectionLostError,
+    MemqError,
+    NotWriterError,
+    UnknownTopicError,
+)
+from memq.formats.frames import RequestType
+from memq.producer.accumulator import SealedBlock
+from memq.producer.config import ProducerConfig
+from memq.protocol import Ack, ClusterMetadata, WriteAck, decode_msg, encode_write_header
+from memq.retry import RetryPolicy
+
+__all__ = ["Sender"]
+
+log = logging.getLogger(__name__)
+
+Finish = Callable[[SealedBlock, MemqError | None, dict[str, Any]], None]
+Encoded = Callable[[SealedBlock, int], None]
+
+
+class Sender:
+    def __init__(
+        self,
+        config: ProducerConfig,
+        bootstrap: list[str],
+        *,
+        producer_id: int,
+        epoch: int,
+        encoder: Executor,
+        finish: Finish,
+        encoded: Encoded | None = None,
+    ) -> None:
+        self.config = config
+        self.producer_id = producer_id
+        self.epoch = epoch
+        self.encoder = encoder
+        self.finish = finish
+        self.encoded = encoded
+        self.pool = ConnectionPool(
+            connect_timeout=config.connect_timeout_ms / 1000,
+            max_frame_size=max(16 << 20, config.batch_size * 2),
+        )
+        self.meta = MetadataCache(
+            bootstrap,
+            self.pool,
+            max_age=config.metadata_max_age_ms / 1000,
+            timeout=config.request_timeout_ms / 1000,
+        )
+        self.policy = RetryPolicy(
+            attempts=min(config.retries, 1_000_000) + 1,
+            base=config.retry_backoff_ms / 1000,
+            cap=max(config.retry_backoff_max_ms, config.retry_backoff_ms) / 1000,
+            deadline=config.delivery_timeout_ms / 1000,
+        )
+        self._slots: dict[str, asyncio.Semaphore] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._rr = itertools.count()
+        self.sent_requests = 0
+        self.retries = 0
+
+    def _slot(self, address: str) -> asyncio.Semaphore:
+        sem = self._slots.get(address)
+        if sem is None:
+            sem = self._slots[address] = asyncio.Semaphore(self.config.max_in_flight)
+        return sem
+
+    async def _target(self, topic: str) -> str:
+        """A writer of ``topic`` (round robin); any known broker when none is known yet."""
+        try:
+            tmeta = await self.meta.topic(topic)
+            writers = [a for w in tmeta.writers if (a := self.meta.address_of(w))]
+        except UnknownTopicError:
+            writers = []
+        if not writers:
+            # Unknown to metadata: a broker with auto_create_topics creates it on first write.
+            cluster = self.meta.cluster
+            writers = [b.address for b in cluster.brokers] if cluster and cluster.brokers else []
+            writers = writers or self.meta.bootstrap
+        return writers[next(self._rr) % len(writers)]
+
+    def spawn(self, block: SealedBlock) -> None:
+        """Start sending ``block`` (call on the I/O loop)."""
+        task = asyncio.get_running_loop().create_task(self.send(block))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def shutdown(self) -> None:
+        """Fail every block still being sent (ClientClosedError) and close connections."""
+        for t in list(self._tasks):
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self.pool.close()
+
+    async def send(self, block: SealedBlock) -> None:
+        try:
+            await self._send(block)
+        except asyncio.CancelledError:
+            self.finish(
+                block, ClientClosedError("producer closed before the block was acknowledged"), {}
+            )
+            raise
+
+    async def _send(self, block: SealedBlock) -> None:
+        loop = asyncio.get_running_loop()
+        cfg = self.config
+        try:
+            data = await loop.run_in_executor(
+                self.encoder, block.encode, self.producer_id, self.epoch, cfg.compression_type
+            )
+        except MemqError as e:
+            self.finish(block, e, {})
+            return
+        if self.encoded is not None:
+            self.encoded(block, len(data))
+        header = encode_write_header(block.topic, cfg.acks)
+        meta: dict[str, Any] = {
+            "producer_id": self.producer_id,
+            "epoch": self.epoch,
+            "sequence": block.sequence,
+        }
+        start = block.open.created
+        deadline = start + cfg.delivery_timeout_ms / 1000
+        attempt = 0
+        causes: dict[str, str] = {}  # distinct error kinds seen, for the final message
+        while True:
+            attempt += 1
+            address = "?"
+            try:
+                address = await self._target(block.topic)
+                conn = await self.pool.get(address)
+                async with self._slot(address):
+                    self.sent_requests += 1
+                    if cfg.acks == Ack.NONE:
+                        await conn.send(RequestType.WRITE, header, data)
+                        self.finish(block, None, meta)
+                        return
+                    timeout = min(
+                        cfg.request_timeout_ms / 1000, max(0.1, deadline - time.monotonic())
+                    )
+                    resp = await conn.request(RequestType.WRITE, header, data, timeout=timeout)
+                if cfg.acks == Ack.ALL and resp.body:
+                    ack = decode_msg(WriteAck, resp.body, "WRITE response")
+                    meta.update(
+                        bucket=ack.bucket,
+                        key=ack.key,
+                        block_index=ack.block,
+                        duplicate=ack.duplicate,
+                    )
+                self.finish(block, None, meta)
+                return
+            except MemqError as e:
+                self._observe_failure(block.topic, address, e)
+                causes.setdefault(type(e).__name__, str(e))
+                delay = self.policy.delay(attempt)
+                elapsed = time.monotonic() - start
+                if not self.policy.should_retry(attempt, elapsed, delay, e.retriable):
+                    if e.retriable:
+                        earlier = "; ".join(
+                            f"{k}: {v}" for k, v in causes.items() if k != type(e).__name__
+                        )
+                        e = type(e)(
+                            f"{e} (gave up after {attempt} attempts in {elapsed:.1f} s, "
+                            f"delivery.timeout.ms={cfg.delivery_timeout_ms}"
+                            + (f"; earlier errors: {earlier}" if earlier else "")
+                            + ")",
+                            body=e.body,
+                        )
+                    self.finish(block, e, meta)
+                    return
+                self.retries += 1
+                log.debug(
+                    "block %s/%d to %s failed (%s); retry %d in %.2fs",
+                    block.topic,
+                    block.sequence,
+                    address,
+                    e,
+                    attempt,
+                    delay,
+                )
+                await asyncio.sleep(delay)
+
+    def _observe_failure(self, topic: str, address: str, e: MemqError) -> None:
+        if isinstance(e, ConnectionLostError):
+            self.pool.drop(address)
+            self.meta.invalidate(topic)
+        elif isinstance(e, NotWriterError):
+            if e.body:
+                try:
+                    self.meta.update(decode_msg(ClusterMetadata, e.body, "NOT_WRITER metadata"))
+                    return
+                except MemqError:
+                    pass
+            self.meta.invalidate(topic)

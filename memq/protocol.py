@@ -1,0 +1,168 @@
+"""Request and response bodies carried by wire frames (pure, no I/O).
+
+WRITE is the hot path and binary; control requests (METADATA, admin) are msgpack
+maps, validated into typed models. Layouts are documented in ``docs/formats.md``.
+
+WRITE request body::
+
+    0  1  ack        0 = none, 1 = leader (in the open batch), 2 = all (stored + notified)
+    1  1  flags      0 (reserved)
+    2  2  topic_len  u16
+    4  n  topic      UTF-8
+    .  .  block      one producer block, to the end of the frame
+"""
+
+from __future__ import annotations
+
+import struct
+from enum import IntEnum
+from typing import Any, TypeVar
+
+import msgpack
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from memq.errors import InvalidRequestError, MalformedError
+
+__all__ = [
+    "Ack",
+    "BrokerInfo",
+    "ClusterMetadata",
+    "MetadataRequest",
+    "TopicMetadata",
+    "WriteAck",
+    "decode_msg",
+    "decode_write",
+    "encode_msg",
+    "encode_write_header",
+    "parse_ack",
+]
+
+_WRITE = struct.Struct(">BBH")
+T = TypeVar("T", bound=BaseModel)
+
+
+class Ack(IntEnum):
+    """How much a producer waits for (wire constants)."""
+
+    NONE = 0
+    LEADER = 1
+    ALL = 2
+
+
+def parse_ack(value: str | int) -> Ack:
+    """Kafka spellings: ``0``, ``1``, ``all`` / ``-1``."""
+    v = str(value).strip().lower()
+    if v in {"all", "-1", "2"}:
+        return Ack.ALL
+    if v == "1":
+        return Ack.LEADER
+    if v == "0":
+        return Ack.NONE
+    raise InvalidRequestError(f"acks must be 0, 1 or all, got {value!r}")
+
+
+def encode_write_header(topic: str, ack: Ack) -> bytes:
+    """The WRITE body bytes before the block (send ``header + block`` without copying)."""
+    t = topic.encode("utf-8")
+    if len(t) > 0xFFFF:
+        raise InvalidRequestError("topic name too long")
+    return _WRITE.pack(int(ack), 0, len(t)) + t
+
+
+def decode_write(body: bytes | memoryview) -> tuple[Ack, str, memoryview]:
+    """Split a WRITE body into (ack, topic, block view) without copying the block."""
+    view = memoryview(body)
+    if len(view) < _WRITE.size:
+        raise MalformedError("WRITE body shorter than its 4-byte header")
+    ack, flags, tlen = _WRITE.unpack_from(view)
+    if flags:
+        raise MalformedError(f"reserved WRITE flags set: {flags:#04x}")
+    try:
+        ack_mode = Ack(ack)
+    except ValueError:
+        raise InvalidRequestError(f"unknown ack mode {ack}: use 0, 1 or 2 (all)") from None
+    end = _WRITE.size + tlen
+    if len(view) < end:
+        raise MalformedError("WRITE body ends inside its topic name")
+    try:
+        topic = bytes(view[_WRITE.size : end]).decode("utf-8")
+    except UnicodeDecodeError:
+        raise MalformedError("WRITE topic is not valid UTF-8") from None
+    return ack_mode, topic, view[end:]
+
+
+# --- msgpack control messages -------------------------------------------------------------
+
+
+def encode_msg(model: BaseModel) -> bytes:
+    out: bytes = msgpack.packb(model.model_dump(mode="json"), use_bin_type=True)
+    return out
+
+
+def decode_msg(model: type[T], body: bytes | memoryview, what: str) -> T:
+    """Decode a msgpack map into ``model``; any problem is an InvalidRequestError."""
+    try:
+        obj = msgpack.unpackb(bytes(body), raw=False, strict_map_key=True)
+    except Exception as e:
+        raise MalformedError(f"{what} body is not valid msgpack: {e}") from None
+    try:
+        return model.model_validate(obj)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or what
+        raise InvalidRequestError(f"{what}: {where}: {first['msg']}") from None
+
+
+class _Msg(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class MetadataRequest(_Msg):
+    #: Topics to describe; None = every topic the broker knows.
+    topics: list[str] | None = None
+
+
+class BrokerInfo(_Msg):
+    id: str
+    host: str
+    port: int
+    http_port: int | None = None
+    rack: str | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+class TopicMetadata(_Msg):
+    name: str
+    #: Broker ids that accept writes for the topic.
+    writers: list[str] = []
+    storage: dict[str, Any] = {}
+    notification: dict[str, Any] = {}
+    max_block_bytes: int = 0
+    error: str | None = None
+
+
+class ClusterMetadata(_Msg):
+    cluster: str
+    broker: str
+    brokers: list[BrokerInfo] = []
+    topics: dict[str, TopicMetadata] = {}
+    governor: str | None = None
+
+    def writer_addresses(self, topic: str) -> list[str]:
+        by_id = {b.id: b for b in self.brokers}
+        t = self.topics.get(topic)
+        if t is None:
+            return []
+        return [by_id[w].address for w in t.writers if w in by_id]
+
+
+class WriteAck(_Msg):
+    """Body of a successful ``ack=all`` WRITE response: where the block went."""
+
+    bucket: str
+    key: str
+    block: int = Field(ge=0)
+    duplicate: bool = False

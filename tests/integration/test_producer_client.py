@@ -1,0 +1,136 @@
+"""Producer behaviour against real brokers: buffer limits, CLI, hedged S3 uploads."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from memq import BufferFullError, Producer
+from memq.broker import BrokerThread
+from memq.config import S3Config
+from memq.devstack import StackState
+from memq.devstack.faultproxy import FaultProxy
+from memq.devstack.procs import wait_for
+from memq.formats import encode_batch, encode_block, parse_object_key
+from memq.testing import broker_config
+from storage_handlers.s3 import S3Writer
+from tests.integration.helpers import read_objects, wait_for_objects
+
+
+def test_buffer_full_blocks_then_raises(memq_stack: StackState, s3_bucket: str) -> None:
+    host, port = memq_stack.s3_endpoint.removeprefix("http://").rsplit(":", 1)
+    with FaultProxy(host, int(port)) as proxy:
+        cfg = broker_config(
+            memq_stack,
+            bucket=s3_bucket,
+            topics=["full"],
+            s3_endpoint=proxy.url,
+            batch_bytes=256 * 1024,
+            batch_ms=50,
+            ring_size=2,
+        )
+        with BrokerThread(cfg) as broker:
+            proxy.set_mode("stall")  # uploads hang: acks=all never completes
+            p = Producer(
+                {
+                    "bootstrap.servers": broker.address,
+                    "buffer.memory": 1 << 20,
+                    "max.block.ms": 300,
+                    "linger.ms": 1,
+                    "delivery.timeout.ms": 60_000,
+                }
+            )
+            t0 = time.monotonic()
+            with pytest.raises(BufferFullError, match=r"buffer\.memory"):
+                for _ in range(1000):  # incompressible, so the buffer counts ~10 KB each
+                    p.produce("full", os.urandom(10_000))
+            assert time.monotonic() - t0 < 30
+            assert isinstance(BufferFullError("x"), BufferError)  # Kafka users catch BufferError
+            proxy.set_mode("pass")
+            assert p.flush(60) == 0
+            p.close()
+
+
+def test_hedged_upload_wins_when_the_first_attempt_hangs(
+    memq_stack: StackState, s3_bucket: str
+) -> None:
+    host, port = memq_stack.s3_endpoint.removeprefix("http://").rsplit(":", 1)
+    obj = encode_batch(
+        [encode_block([(1, None, b"hedged", None)], producer_id=1, epoch=0, sequence=0)]
+    )
+    with FaultProxy(host, int(port)) as proxy:
+        cfg = S3Config(
+            bucket=s3_bucket,
+            endpoint_url=proxy.url,
+            region="us-east-1",
+            hedge_after_ms=300,
+            read_timeout_ms=3000,
+            attempts=1,
+        )
+        writer = S3Writer(cfg, "test")
+        proxy.set_mode("stall")
+        # Let the first PUT reach the stalled proxy, then heal it for new connections only.
+        import threading
+
+        def heal() -> None:
+            wait_for(
+                lambda: True if proxy.counts["stall"] >= 1 else None, timeout=10, what="first PUT"
+            )
+            proxy.set_mode("pass", cut_existing=False)
+
+        t = threading.Thread(target=heal)
+        t.start()
+        stored = writer.store("h", "1795000000000-00000001-b", 1795000000000, obj)
+        t.join()
+        writer.close()
+    assert stored.key.endswith("-h1")
+    assert parse_object_key(stored.key).batch_id == "1795000000000-00000001-b-h1"
+    objects = read_objects(memq_stack.s3_client(), s3_bucket)
+    assert [o.key for o in objects] == [stored.key]  # the hung first attempt never landed
+    assert objects[0].records == [(1, None, b"hedged", None)]
+
+
+def _memq(
+    *args: str, stdin: bytes | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "-m", "memq.cli.main", *args],
+        input=stdin,
+        capture_output=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+
+
+def test_memq_produce_cli_uses_the_local_stack(memq_stack: StackState, unique_name) -> None:
+    topic = unique_name("cli")
+    env = {**os.environ, "MEMQ_STATE_DIR": memq_stack.state_dir}
+    lines = b"".join(b"line %d\n" % i for i in range(500))
+    proc = _memq("produce", "--topic", topic, stdin=lines, env=env)
+    assert proc.returncode == 0, proc.stderr.decode()
+    out = proc.stderr.decode()
+    assert "500" in out and "ack latency" in out and "errors" in out
+    proc = _memq(
+        "produce", "--topic", topic, "--count", "300", "--size", "200", "--acks", "1", env=env
+    )
+    assert proc.returncode == 0, proc.stderr.decode()
+    objs = wait_for_objects(memq_stack.s3_client(), memq_stack.bucket, 800, topic=topic, timeout=30)
+    mine = [r for o in objs for r in o.records]
+    assert sorted(r[2] for r in mine if r[2].startswith(b"line")) == sorted(
+        b"line %d" % i for i in range(500)
+    )
+    assert sum(1 for r in mine if len(r[2]) == 200) == 300
+
+
+def test_memq_produce_without_stack_is_one_clear_error(tmp_path: Path) -> None:
+    env = {**os.environ, "MEMQ_STATE_DIR": str(tmp_path / "none")}
+    proc = _memq("produce", "--topic", "x", "--count", "1", env=env)
+    assert proc.returncode == 1
+    err = proc.stderr.decode()
+    assert "memq dev up" in err and "Traceback" not in err

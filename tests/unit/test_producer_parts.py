@@ -1,0 +1,58 @@
+from __future__ import annotations
+
+import threading
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from memq.errors import RequestTimeoutError, StorageError
+from memq.formats import Compression, decode_block_header, encode_block
+from memq.formats.block import BLOCK_HEADER_SIZE
+from memq.producer.accumulator import OpenBlock, record_size
+from memq.producer.futures import BlockResult
+from tests.unit.strategies import records
+
+
+@given(st.lists(records, min_size=1, max_size=30))
+def test_record_size_bounds_the_encoded_size(recs):
+    block = encode_block(recs, producer_id=1, epoch=0, sequence=0, compression=Compression.NONE)
+    body = decode_block_header(block).uncompressed_length
+    assert body <= sum(record_size(k, v, h) for _, k, v, h in recs)
+    assert len(block) - BLOCK_HEADER_SIZE == body
+
+
+def test_open_block_tracks_bounds_and_seals_with_a_sequence():
+    b = OpenBlock("t")
+    for ts in (50, 10, 99, 42):
+        b.add(ts, None, b"v", None, 10, None)
+    assert (b.min_ts, b.max_ts, b.size) == (10, 99, 40)
+    sealed = b.seal(7)
+    (header,) = [decode_block_header(sealed.encode(3, 4, Compression.LZ4))]
+    assert (header.sequence, header.producer_id, header.epoch) == (7, 3, 4)
+    assert (header.min_timestamp, header.max_timestamp, header.record_count) == (10, 99, 4)
+
+
+def test_record_futures_share_the_block_result():
+    b = OpenBlock("t")
+    futs = [b.add(i, None, b"v", None, 1, None) for i in range(3)]
+    with pytest.raises(RequestTimeoutError):
+        futs[0].result(timeout=0.01)
+    seen = []
+    futs[1].add_done_callback(lambda f: seen.append(f.result().record_index))
+    t = threading.Thread(target=b.result.complete, args=(None,), kwargs={"key": "k", "sequence": 9})
+    t.start()
+    t.join()
+    assert [f.result(1).record_index for f in futs] == [0, 1, 2]
+    assert futs[2].result().key == "k" and futs[2].result().sequence == 9
+    assert seen == [1]
+    late = []
+    futs[0].add_done_callback(lambda f: late.append(True))  # after completion: runs at once
+    assert late == [True]
+
+
+def test_failed_block_raises_for_every_record():
+    r = BlockResult()
+    r.complete(StorageError("down"))
+    r.complete(None)  # a second completion is ignored
+    assert isinstance(r.error, StorageError)
