@@ -1,1 +1,22 @@
-"""PySpark Python DataSource ``memq`` over S3 prefixes, and the backfill job."""
+"""PySpark Python DataSource ``memq`` over S3 prefixes, and the backfill job.
+
+``register(session)`` makes ``session.read.format("memq")`` and
+``session.readStream.format("memq")`` available and returns the scan counters
+(:class:`MemqSource`). See ``docs/spark.md``.
+
+This package is named ``spark``; it never shadows ``pyspark`` (a different name).
+"""
+
+from spark.datasource import MemqDataSource, MemqSource, plan_scan, register
+from spark.options import ScanOptions, parse_options
+from spark.stats import ScanStats
+
+__all__ = [
+    "MemqDataSource",
+    "MemqSource",
+    "ScanOptions",
+    "ScanStats",
+    "parse_options",
+    "plan_scan",
+    "register",
+]

@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 
 from memq import __version__
+from memq.cli import backfill as backfill_cmd
 from memq.cli import broker as broker_cmd
 from memq.cli import demo as demo_cmd
 from memq.cli import dev as dev_cmd
@@ -30,6 +31,7 @@ app.add_typer(dev_cmd.app, name="dev")
 app.command("demo")(demo_cmd.demo)
 app.command("broker")(broker_cmd.broker)
 app.command("produce")(produce_cmd.produce)
+app.command("backfill")(backfill_cmd.backfill)
 
 
 def _version(value: bool) -> None:

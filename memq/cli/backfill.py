@@ -1,0 +1,192 @@
+"""``memq backfill``: copy a topic's records from S3 into Parquet or JSON files with Spark."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from memq.cli.options import STATE_DIR, stack
+from memq.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["backfill"]
+
+out = Console()
+err = Console(stderr=True)
+
+
+def _location(
+    state_dir: Path | None, bucket: str | None, endpoint_url: str | None, region: str | None
+) -> tuple[str, str | None, str | None]:
+    """Bucket, endpoint and region to read: the flags, else the local dev stack."""
+    if bucket is not None:
+        return bucket, endpoint_url, region
+    if endpoint_url is not None:
+        raise ConfigError("--endpoint-url needs --bucket too (which bucket holds the topic?)")
+    state = stack(state_dir).load()
+    if state is None:
+        raise ConfigError(
+            "no --bucket given and no local stack is running: pass --bucket (and "
+            "--endpoint-url for a non-AWS S3), or start one with `memq dev up`"
+        )
+    # The dev S3 accepts any credentials; real ones in the environment are kept.
+    for k, v in state.aws_env().items():
+        os.environ.setdefault(k, v)
+    return state.bucket, state.s3_endpoint, region or state.s3.details.get("region")
+
+
+def backfill(
+    topic: str = typer.Option(..., "--topic", "-t", help="MemQ topic to read."),
+    output: str = typer.Option(
+        ..., "--out", "-o", help="Output directory (local path or any Hadoop URI)."
+    ),
+    start: str | None = typer.Option(
+        None, "--from", help="First record time, inclusive: ISO-8601 (UTC if no zone) or ms."
+    ),
+    end: str | None = typer.Option(
+        None, "--to", help="Record time to stop at, exclusive: ISO-8601 or epoch ms."
+    ),
+    fmt: str = typer.Option("parquet", "--format", "-f", help="parquet or json (JSON lines)."),
+    master: str = typer.Option(
+        "local[*]", "--master", help="Spark master URL (local[*], spark://host:7077, yarn, ...)."
+    ),
+    bucket: str | None = typer.Option(
+        None, "--bucket", help="S3 bucket (default: the local dev stack's)."
+    ),
+    cluster: str = typer.Option("default", "--cluster", help="MemQ cluster name in the keys."),
+    endpoint_url: str | None = typer.Option(
+        None, "--endpoint-url", help="S3 endpoint for non-AWS S3 (default: the dev stack's)."
+    ),
+    region: str | None = typer.Option(None, "--region", help="S3 region."),
+    hash_prefix: str = typer.Option(
+        "auto", "--hash-prefix", help="auto, true or false: keys start with a 2-hex hash."
+    ),
+    on_corrupt: str = typer.Option(
+        "fail", "--on-corrupt", help="fail, or skip (and count) corrupt or missing objects."
+    ),
+    compression: str | None = typer.Option(
+        None,
+        "--compression",
+        help="Output codec: Parquet none|snappy|zstd|lz4_raw|gzip (default zstd); JSON "
+        "none|gzip|... (default none).",
+    ),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing output."),
+    conf: list[str] = typer.Option(
+        [], "--conf", help="Extra Spark setting key=value (repeatable)."
+    ),
+    state_dir: Path | None = STATE_DIR,
+) -> None:
+    """Copy a topic's records from its S3 batch objects into Parquet or JSON lines, partitioned
+    by record date and hour (dt=YYYY-MM-DD/hh=HH), with Spark. No broker or Kafka needed."""
+    from spark.backfill import run_backfill
+    from spark.options import parse_options
+
+    if fmt not in ("parquet", "json"):
+        raise ConfigError(f"--format {fmt!r}: use parquet or json")
+    extra: dict[str, str] = {}
+    for item in conf:
+        k, sep, v = item.partition("=")
+        if not sep or not k:
+            raise ConfigError(f"--conf {item!r}: use key=value")
+        extra[k.strip()] = v.strip()
+    b, endpoint, reg = _location(state_dir, bucket, endpoint_url, region)
+    options = {
+        "bucket": b,
+        "topic": topic,
+        "cluster": cluster,
+        "hash_prefix": hash_prefix,
+        "on_corrupt": on_corrupt,
+    }
+    for name, value in (
+        ("endpoint_url", endpoint),
+        ("region", reg),
+        ("start_time", start),
+        ("end_time", end),
+    ):
+        if value is not None:
+            options[name] = value
+    parse_options(options)  # fail on bad flags before paying for a Spark start
+    if not overwrite and "://" not in output and Path(output).exists():
+        raise ConfigError(f"output {output} already exists: choose another --out or --overwrite")
+
+    t0 = time.monotonic()
+    session, owned = _session(master, extra)
+    try:
+        with Progress(
+            TextColumn("[bold]backfill[/bold] {task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=err,
+            transient=True,
+        ) as bar:
+            task = bar.add_task(f"{topic} -> {output}", total=None)
+
+            def progress(done: int, total: int) -> None:
+                bar.update(task, completed=done, total=total)
+
+            result = run_backfill(
+                session,
+                options,
+                output,
+                fmt="json" if fmt == "json" else "parquet",
+                overwrite=overwrite,
+                compression=compression,
+                progress=progress,
+            )
+    finally:
+        if owned:
+            session.stop()
+    t = Table(title=f"memq backfill of {topic!r}", show_header=False)
+    t.add_row("output", f"{result.output} ({result.format}, partitioned by dt/hh)")
+    t.add_row("objects", f"{result.objects:,}")
+    t.add_row("records", f"{result.records:,}")
+    t.add_row("bytes", f"{result.bytes:,}")
+    t.add_row(
+        "seconds", f"{result.seconds:.2f} (job), {time.monotonic() - t0:.2f} (with Spark start)"
+    )
+    t.add_row("MB/s", f"{result.mb_per_s:.1f}")
+    t.add_row("records/s", f"{result.records_per_s:,.0f}")
+    skipped = result.stats.corrupt_skipped + result.stats.missing_skipped
+    if skipped or on_corrupt == "skip":
+        t.add_row(
+            "skipped objects",
+            f"{result.stats.corrupt_skipped} corrupt, {result.stats.missing_skipped} missing",
+        )
+    out.print(t)
+
+
+def _session(master: str, conf: dict[str, str]) -> tuple[SparkSession, bool]:
+    """A SparkSession whose Python workers run this interpreter (so they can import memq).
+
+    An already active session (a notebook, a test) is reused and left running; ``--master``
+    and ``--conf`` then do not apply. Returns ``(session, created here)``.
+    """
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active, False
+
+    builder = (
+        SparkSession.builder.master(master)
+        .appName("memq-backfill")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+    )
+    for k, v in conf.items():
+        builder = builder.config(k, v)
+    session: SparkSession = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    return session, True

@@ -1,0 +1,199 @@
+"""Batch object bytes -> one Arrow RecordBatch in the ``memq`` schema (pure, no I/O).
+
+Work is per block, not per row: each block's records are decoded by the C msgpack
+decoder, transposed with ``zip(*records)`` and appended to column lists; per-block
+constants (producer id, epoch, sequence, block index) are repeated with list
+multiplication, and Arrow builds each column in one call. Blocks entirely outside the
+time range are skipped by their index entry without being decoded; blocks that straddle
+a bound are filtered by an Arrow compute mask.
+
+An object is decoded completely before anything is emitted, so a corrupt block anywhere
+fails (or skips) the whole object and never half of it.
+
+Type mapping (see docs/spark.md): ``producer_id`` and ``sequence`` are u64 in the
+format and ``epoch`` u32; Spark has no unsigned types, so they are stored as the signed
+integer with the same bits (two's complement). Values below 2^63 (2^31 for ``epoch``)
+are unchanged; larger ones read as negative and ``x & 0xFFFFFFFFFFFFFFFF`` (Python) or
+``pmod(x, 18446744073709551616)`` on a decimal cast (SQL) restores them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import (
+    BinaryType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from memq.errors import MalformedError
+from memq.formats.batch import decode_batch_header, iter_batch_blocks
+from memq.formats.block import Header, decode_records
+
+__all__ = [
+    "ARROW_SCHEMA",
+    "SCHEMA",
+    "SCHEMA_DDL",
+    "DecodeCounts",
+    "decode_object",
+    "to_signed",
+]
+
+SCHEMA_DDL = (
+    "topic string, key binary, value binary, headers map<string,binary>, "
+    "timestamp timestamp, producer_id long, epoch int, sequence long, "
+    "object_key string, block_index int, record_index int"
+)
+
+
+SCHEMA = StructType(
+    [
+        StructField("topic", StringType()),
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("headers", MapType(StringType(), BinaryType())),
+        StructField("timestamp", TimestampType()),
+        StructField("producer_id", LongType()),
+        StructField("epoch", IntegerType()),
+        StructField("sequence", LongType()),
+        StructField("object_key", StringType()),
+        StructField("block_index", IntegerType()),
+        StructField("record_index", IntegerType()),
+    ]
+)
+#: Exactly the Arrow schema Spark expects from a Python data source's ``read()``.
+ARROW_SCHEMA: Any = to_arrow_schema(SCHEMA, timezone="UTC")
+_HEADERS_TYPE = ARROW_SCHEMA.field("headers").type
+_TS_TYPE = ARROW_SCHEMA.field("timestamp").type
+
+
+def to_signed(value: int, bits: int) -> int:
+    """The signed integer with the same ``bits`` low bits as unsigned ``value``."""
+    return value - (1 << bits) if value >= 1 << (bits - 1) else value
+
+
+def _dedup_headers(h: tuple[Header, ...] | None) -> tuple[Header, ...] | None:
+    """A map keeps one value per name: on repeated names the last value wins."""
+    if not h or len(h) == 1:
+        return h
+    names = [n for n, _ in h]
+    if len(set(names)) == len(names):
+        return h
+    return tuple(dict(h).items())
+
+
+class DecodeCounts:
+    """Per-object counts returned with the batch."""
+
+    __slots__ = ("blocks_pruned", "blocks_read", "records")
+
+    def __init__(self) -> None:
+        self.blocks_read = 0
+        self.blocks_pruned = 0
+        self.records = 0
+
+
+def decode_object(
+    data: bytes | bytearray | memoryview,
+    *,
+    topic: str,
+    key: str,
+    start_ms: int | None = None,
+    end_ms: int | None = None,
+) -> tuple[Any, DecodeCounts]:
+    """Decode a whole batch object into a RecordBatch of :data:`ARROW_SCHEMA`.
+
+    Only records with ``start_ms <= timestamp < end_ms`` are kept (None: unbounded).
+    Raises a :class:`memq.errors.MemqFormatError` subclass when the bytes are not a
+    valid batch object. Returns ``(None, counts)`` when no record is in range.
+    """
+    header = decode_batch_header(data)
+    lo = start_ms if start_ms is not None else -(1 << 63)
+    hi = end_ms if end_ms is not None else (1 << 63) - 1
+    counts = DecodeCounts()
+    ts: list[int] = []
+    keys: list[bytes | None] = []
+    values: list[bytes] = []
+    headers: list[tuple[Header, ...] | None] = []
+    pids: list[int] = []
+    epochs: list[int] = []
+    seqs: list[int] = []
+    block_idx: list[int] = []
+    rec_idx: list[int] = []
+    needs_filter = False
+    for i, (bh, block) in enumerate(iter_batch_blocks(data, header)):
+        if bh.max_timestamp < lo or bh.min_timestamp >= hi:
+            counts.blocks_pruned += 1
+            continue
+        if bh.min_timestamp < lo or bh.max_timestamp >= hi:
+            needs_filter = True
+        records = decode_records(block, bh)
+        n = len(records)
+        counts.blocks_read += 1
+        t, k, v, h = zip(*records, strict=True)
+        ts.extend(t)
+        keys.extend(k)
+        values.extend(v)
+        headers.extend(map(_dedup_headers, h))
+        pids.extend([to_signed(bh.producer_id, 64)] * n)
+        epochs.extend([to_signed(bh.epoch, 32)] * n)
+        seqs.extend([to_signed(bh.sequence, 64)] * n)
+        block_idx.extend([i] * n)
+        rec_idx.extend(range(n))
+    if not ts:
+        return None, counts
+    batch = _build(topic, key, ts, keys, values, headers, pids, epochs, seqs, block_idx, rec_idx)
+    if needs_filter:
+        ms = pa.array(ts, pa.int64())
+        mask = pc.and_(pc.greater_equal(ms, lo), pc.less(ms, hi))
+        batch = batch.filter(mask)
+        if batch.num_rows == 0:
+            return None, counts
+    counts.records = batch.num_rows
+    return batch, counts
+
+
+def _build(
+    topic: str,
+    key: str,
+    ts: Sequence[int],
+    keys: Sequence[bytes | None],
+    values: Sequence[bytes],
+    headers: Sequence[tuple[Header, ...] | None],
+    pids: Sequence[int],
+    epochs: Sequence[int],
+    seqs: Sequence[int],
+    block_idx: Sequence[int],
+    rec_idx: Sequence[int],
+) -> Any:
+    n = len(ts)
+    try:
+        micros = pc.multiply_checked(pa.array(ts, pa.int64()), 1000).cast(_TS_TYPE)
+    except pa.ArrowInvalid:
+        raise MalformedError(
+            f"a record timestamp in [{min(ts)}, {max(ts)}] ms is outside Spark's timestamp range"
+        ) from None
+    columns = [
+        pa.array([topic] * n, pa.string()),
+        pa.array(keys, pa.binary()),
+        pa.array(values, pa.binary()),
+        pa.array(headers, _HEADERS_TYPE),
+        micros,
+        pa.array(pids, pa.int64()),
+        pa.array(epochs, pa.int32()),
+        pa.array(seqs, pa.int64()),
+        pa.array([key] * n, pa.string()),
+        pa.array(block_idx, pa.int32()),
+        pa.array(rec_idx, pa.int32()),
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)

@@ -1,0 +1,126 @@
+"""Read one Spark partition: fetch its objects concurrently, decode, apply the corrupt policy.
+
+Runs inside Spark's Python workers. Each task keeps up to ``read_concurrency`` GETs in
+flight on a per-process thread pool (so network and decoding overlap), and emits one
+Arrow RecordBatch per object, in the partition's order.
+
+Corrupt or missing objects: with ``on_corrupt=fail`` (default) the task fails with
+:class:`CorruptObjectError` / :class:`MissingObjectError`, whose message names the
+object; with ``on_corrupt=skip`` the object is skipped, logged at WARNING and counted
+(``corrupt_skipped`` / ``missing_skipped`` in the scan stats). Other storage failures
+(network, throttling past the retry budget, access denied) always fail the task.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from memq.errors import MemqFormatError, ObjectNotFoundError
+from spark.decode import decode_object
+from spark.errors import CorruptObjectError, MissingObjectError
+from spark.listing import ObjectRef
+from spark.options import ScanOptions
+from spark.s3io import client_for, with_retries
+from spark.stats import Counter
+
+__all__ = ["fetch_object", "read_objects"]
+
+log = logging.getLogger(__name__)
+
+_pool_lock = threading.Lock()
+_pools: dict[tuple[int, int], ThreadPoolExecutor] = {}
+
+
+def _pool(size: int) -> ThreadPoolExecutor:
+    """This process's fetch pool (rebuilt after a fork: Spark's daemon forks workers)."""
+    key = (os.getpid(), size)
+    pool = _pools.get(key)
+    if pool is None:
+        with _pool_lock:
+            pool = _pools.get(key)
+            if pool is None:
+                pool = _pools[key] = ThreadPoolExecutor(size, thread_name_prefix="memq-get")
+    return pool
+
+
+def fetch_object(opts: ScanOptions, key: str) -> bytes:
+    """The whole object (one GET, retried by the storage policy)."""
+    client = client_for(opts, max(opts.read_concurrency, 4))
+
+    def get() -> bytes:
+        body: bytes = client.get_object(Bucket=opts.bucket, Key=key)["Body"].read()
+        return body
+
+    return with_retries(opts, get, f"GET s3://{opts.bucket}/{key}")
+
+
+def read_objects(
+    objects: tuple[ObjectRef, ...],
+    opts: ScanOptions,
+    stats: Any = None,
+    *,
+    start_ms: int | None = None,
+    end_ms: int | None = None,
+) -> Iterator[Any]:
+    """Yield one RecordBatch per object with records in ``[start_ms, end_ms)``.
+
+    ``stats`` is a Spark accumulator (or any ``add(dict)`` sink) that receives this
+    call's counts when it ends, or None.
+    """
+    counter = Counter()
+    pool = _pool(opts.read_concurrency)
+    pending: deque[tuple[ObjectRef, Future[bytes]]] = deque()
+    todo = iter(objects)
+
+    def refill() -> None:
+        while len(pending) < opts.read_concurrency:
+            ref = next(todo, None)
+            if ref is None:
+                return
+            pending.append((ref, pool.submit(fetch_object, opts, ref.key)))
+
+    try:
+        refill()
+        while pending:
+            ref, fut = pending.popleft()
+            refill()
+            try:
+                data = fut.result()
+            except ObjectNotFoundError as e:
+                if opts.on_corrupt == "fail":
+                    raise MissingObjectError(opts.bucket, ref.key, e) from e
+                log.warning("skipping missing object s3://%s/%s: %s", opts.bucket, ref.key, e)
+                counter.add({"missing_skipped": 1})
+                continue
+            try:
+                batch, counts = decode_object(
+                    data, topic=opts.topic, key=ref.key, start_ms=start_ms, end_ms=end_ms
+                )
+            except MemqFormatError as e:
+                if opts.on_corrupt == "fail":
+                    raise CorruptObjectError(opts.bucket, ref.key, e) from e
+                log.warning("skipping corrupt object s3://%s/%s: %s", opts.bucket, ref.key, e)
+                counter.add({"corrupt_skipped": 1})
+                continue
+            counter.add(
+                {
+                    "objects_read": 1,
+                    "bytes_read": len(data),
+                    "blocks_read": counts.blocks_read,
+                    "blocks_pruned": counts.blocks_pruned,
+                    "records_read": counts.records,
+                }
+            )
+            del data
+            if batch is not None:
+                yield batch
+    finally:
+        for _, fut in pending:
+            fut.cancel()
+        counter.flush_to(stats)

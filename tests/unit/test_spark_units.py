@@ -1,0 +1,233 @@
+"""Pure parts of the ``memq`` Spark source: options, planning, dedup, decoding, offsets."""
+
+from __future__ import annotations
+
+import pytest
+
+from memq.errors import ConfigError, MemqFormatError, ObjectNotFoundError
+from memq.formats import Compression, encode_batch, encode_block
+from spark.decode import ARROW_SCHEMA, decode_object, to_signed
+from spark.errors import CorruptObjectError, MissingObjectError
+from spark.listing import ObjectRef, dedup_hedged
+from spark.options import parse_options, parse_time_ms
+from spark.planning import pack_partitions, partition_bytes
+from spark.stats import Counter, CountsParam, ScanStats
+from spark.streaming import offset_of, watermark_of
+
+MiB = 1 << 20
+BASE = {"bucket": "memq-dev", "topic": "events"}
+
+
+# --- options -----------------------------------------------------------------------------
+
+
+def test_options_defaults_and_required() -> None:
+    o = parse_options(BASE)
+    assert (o.cluster, o.hash_prefix, o.on_corrupt, o.start_ms, o.end_ms) == (
+        "default",
+        "auto",
+        "fail",
+        None,
+        None,
+    )
+    assert o.seal_window == (None, None)
+    for missing in ("bucket", "topic"):
+        with pytest.raises(ConfigError, match=missing):
+            parse_options({k: v for k, v in BASE.items() if k != missing})
+
+
+@pytest.mark.parametrize(
+    ("bad", "match"),
+    [
+        ({"colour": "red"}, "unknown memq option"),
+        ({"topic": "no/slash"}, "invalid topic"),
+        ({"on_corrupt": "ignore"}, "on_corrupt"),
+        ({"hash_prefix": "maybe"}, "hash_prefix"),
+        ({"start_time": "yesterday"}, "start_time"),
+        ({"start_time": "2025-11-22T06:00:00Z", "end_time": "2025-11-22T05:00:00Z"}, "after"),
+        ({"list_page_size": "5000"}, "list_page_size"),
+        ({"read_concurrency": "x"}, "integer"),
+        ({"min_partition_bytes": "10", "target_partition_bytes": "5"}, "must not exceed"),
+    ],
+)
+def test_options_are_validated_with_clear_errors(bad: dict[str, str], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        parse_options({**BASE, **bad})
+
+
+def test_times_accept_iso_and_epoch_ms() -> None:
+    ms = 1_763_790_000_000  # 2025-11-22T05:40:00Z
+    assert parse_time_ms("t", str(ms)) == ms
+    assert parse_time_ms("t", "2025-11-22T05:40:00Z") == ms
+    assert parse_time_ms("t", "2025-11-22T05:40:00") == ms  # no zone: UTC
+    assert parse_time_ms("t", "2025-11-22T06:40:00+01:00") == ms
+    assert parse_time_ms("t", "2025-11-22") == ms - (5 * 60 + 40) * 60_000
+    o = parse_options(
+        {**BASE, "start_time": "1000000", "end_time": "2000000", "time_slack_ms": "5"}
+    )
+    assert o.seal_window == (999_995, 2_000_005)
+
+
+# --- planning ----------------------------------------------------------------------------
+
+
+def _objs(sizes: list[int]) -> list[ObjectRef]:
+    return [ObjectRef(f"k{i:04d}", s, 1000 + i) for i, s in enumerate(sizes)]
+
+
+def test_partitions_group_objects_by_bytes_in_order() -> None:
+    opts = parse_options(BASE)
+    objs = _objs([8 * MiB] * 64)  # 512 MiB on 2 cores: ~3 partitions per core
+    parts = pack_partitions(objs, opts, cores=2)
+    assert len(parts) == 6
+    assert [o for p in parts for o in p.objects] == objs  # every object once, in order
+    sizes = [p.size for p in parts]
+    assert max(sizes) - min(sizes) <= 8 * MiB  # balanced to within one object
+    assert [p.index for p in parts] == list(range(6))
+
+
+def test_partitions_are_few_for_small_inputs_and_bounded_for_big_ones() -> None:
+    opts = parse_options(BASE)
+    assert len(pack_partitions(_objs([100_000] * 50), opts, cores=8)) == 1  # 5 MB < 8 MiB
+    assert pack_partitions([], opts, cores=2) == []
+    # 100 GiB on 2 cores is capped at target_partition_bytes per partition.
+    assert partition_bytes(opts, 100 << 30, cores=2) == 128 * MiB
+    small = parse_options({**BASE, "target_partition_bytes": str(MiB), "min_partition_bytes": "1"})
+    parts = pack_partitions(_objs([300_000] * 20), small, cores=1)
+    assert all(p.size <= 2 * MiB for p in parts) and 3 <= len(parts) <= 6
+    # One huge object is one partition, never split or dropped.
+    assert len(pack_partitions(_objs([1 << 30]), opts, cores=2)) == 1
+
+
+# --- hedged duplicates -------------------------------------------------------------------
+
+
+def _ref(bid: str, size: int = 100) -> tuple[ObjectRef, str]:
+    return ObjectRef(f"ab/c/topics/t/dt=2025-11-22/hh=05/{bid}", size, int(bid[:13])), bid
+
+
+def test_hedged_copy_is_collapsed_to_the_original() -> None:
+    x = "1763790000950-00000042-broker-1"
+    objs, dropped = dedup_hedged([_ref(f"{x}-h1"), _ref(x), _ref("1763790000951-00000043-b")])
+    assert dropped == 1
+    assert [o.key.rsplit("/", 1)[1] for o in objs] == [x, "1763790000951-00000043-b"]
+
+
+def test_lone_hedged_copy_and_different_sizes_are_kept() -> None:
+    x = "1763790000950-00000042-broker-1"
+    objs, dropped = dedup_hedged([_ref(f"{x}-h1")])
+    assert dropped == 0 and len(objs) == 1
+    objs, dropped = dedup_hedged([_ref(x, 100), _ref(f"{x}-h1", 200)])
+    assert dropped == 0 and len(objs) == 2  # not the same bytes: not a hedge copy
+    objs, dropped = dedup_hedged([_ref(x), _ref(f"{x}-h1"), _ref(f"{x}-h2")])
+    assert dropped == 2 and len(objs) == 1
+
+
+# --- decoding ----------------------------------------------------------------------------
+
+
+def _object(blocks: list[list[tuple[int, bytes | None, bytes, object]]], **kw: int) -> bytes:
+    params = {"producer_id": 1, "epoch": 2, "sequence": 3, **kw}
+    return encode_batch(
+        [
+            encode_block(
+                b,  # type: ignore[arg-type]
+                producer_id=params["producer_id"],
+                epoch=params["epoch"],
+                sequence=params["sequence"] + i,
+                compression=Compression.LZ4,
+            )
+            for i, b in enumerate(blocks)
+        ]
+    )
+
+
+def test_decode_object_builds_the_schema_and_maps_unsigned_ids() -> None:
+    data = _object(
+        [[(10, b"k", b"v", (("a", b"1"),)), (11, None, b"w", None)], [(12, b"", b"x", ())]],
+        producer_id=(1 << 64) - 1,
+        epoch=(1 << 32) - 1,
+        sequence=(1 << 63),
+    )
+    batch, counts = decode_object(data, topic="events", key="obj")
+    assert batch.schema.equals(ARROW_SCHEMA)
+    rows = batch.to_pylist()
+    assert [r["record_index"] for r in rows] == [0, 1, 0]
+    assert [r["block_index"] for r in rows] == [0, 0, 1]
+    assert [r["producer_id"] for r in rows] == [-1] * 3
+    assert [r["epoch"] for r in rows] == [-1] * 3
+    assert [r["sequence"] for r in rows] == [-(1 << 63), -(1 << 63), -(1 << 63) + 1]
+    assert [r["headers"] for r in rows] == [[("a", b"1")], None, []]
+    assert [r["key"] for r in rows] == [b"k", None, b""]
+    assert {r["topic"] for r in rows} == {"events"} and {r["object_key"] for r in rows} == {"obj"}
+    assert rows[0]["timestamp"].timestamp() == 0.010
+    assert (counts.blocks_read, counts.records) == (2, 3)
+    assert to_signed((1 << 63) - 1, 64) == (1 << 63) - 1
+
+
+def test_decode_object_filters_time_exactly_and_prunes_blocks() -> None:
+    data = _object([[(t, None, b"v", None) for t in range(0, 10)],
+                    [(t, None, b"v", None) for t in range(10, 20)],
+                    [(t, None, b"v", None) for t in range(20, 30)]])  # fmt: skip
+    batch, counts = decode_object(data, topic="t", key="k", start_ms=5, end_ms=15)
+    ms = [int(r["timestamp"].timestamp() * 1000) for r in batch.to_pylist()]
+    assert ms == list(range(5, 15))
+    assert (counts.blocks_read, counts.blocks_pruned, counts.records) == (2, 1, 10)
+    none, counts = decode_object(data, topic="t", key="k", start_ms=30, end_ms=40)
+    assert none is None and counts.blocks_pruned == 3
+
+
+def test_repeated_header_names_keep_the_last_value() -> None:
+    data = _object([[(1, None, b"v", (("a", b"1"), ("b", b"2"), ("a", b"3")))]])
+    batch, _ = decode_object(data, topic="t", key="k")
+    assert batch.to_pylist()[0]["headers"] == [("a", b"3"), ("b", b"2")]
+
+
+def test_decode_object_rejects_corruption() -> None:
+    data = bytearray(_object([[(1, None, b"value", None)]]))
+    data[-3] ^= 0x10
+    with pytest.raises(MemqFormatError):
+        decode_object(bytes(data), topic="t", key="k")
+    with pytest.raises(MemqFormatError):
+        decode_object(bytes(data[:20]), topic="t", key="k")
+
+
+# --- errors, offsets, counters -----------------------------------------------------------
+
+
+def test_errors_name_the_object_and_the_way_out() -> None:
+    e = CorruptObjectError("b", "ab/c/topics/t/dt=2025-11-22/hh=05/x", MemqFormatError("crc"))
+    assert isinstance(e, MemqFormatError)
+    assert "s3://b/ab/c/topics/t/dt=2025-11-22/hh=05/x" in str(e) and "on_corrupt" in str(e)
+    m = MissingObjectError("b", "k", ObjectNotFoundError("404"))
+    assert isinstance(m, ObjectNotFoundError) and "s3://b/k" in str(m)
+    import pickle
+
+    assert str(pickle.loads(pickle.dumps(e))) == str(e)
+
+
+def test_offsets_round_trip_and_reject_foreign_checkpoints() -> None:
+    assert watermark_of(offset_of(123)) == 123
+    for bad in ({"sealed_ms": 1}, {"version": 2, "sealed_ms": 1}, {"version": 1, "sealed_ms": "x"}):
+        with pytest.raises(ConfigError, match="checkpoint"):
+            watermark_of(bad)
+
+
+def test_streaming_rejects_end_time() -> None:
+    from spark.streaming import MemqStreamReader
+
+    with pytest.raises(ConfigError, match="end_time"):
+        MemqStreamReader(parse_options({**BASE, "end_time": "1000"}), None, 1)
+
+
+def test_counts_merge_and_subtract() -> None:
+    p = CountsParam()
+    acc = p.addInPlace(p.zero({}), {"list_requests": 2})
+    acc = p.addInPlace(acc, {"list_requests": 1, "objects_read": 4})
+    a = ScanStats.from_counts(acc)
+    assert (a.list_requests, a.objects_read) == (3, 4)
+    assert (a - ScanStats(list_requests=1)).list_requests == 2
+    c = Counter()
+    c.add({"keys_listed": 5})
+    c.add({"keys_listed": 1, "unknown": 9})
+    assert c.snapshot().keys_listed == 6
