@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -27,19 +28,41 @@ def record_size(key: bytes | None, value: bytes, headers: tuple[Header, ...] | N
 
 @dataclass(eq=False)
 class OpenBlock:
-    """Records waiting for a linger or size trigger."""
+    """Records waiting for a linger or size trigger.
+
+    Each producing thread fills its own open block per topic; ``lock`` is only
+    contended when the linger timer or a flush seals the block from another thread.
+    """
 
     topic: str
+    #: Record bytes this block may take (the block limit minus the block header).
+    capacity: int = 1 << 62
+    #: Bytes of the producer's buffer.memory this block holds.
+    reserved: int = 0
     created: float = field(default_factory=time.monotonic)
-    records: list[Record] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    sealed: bool = False
+    # Records are kept column-wise: bytes and ints are not tracked by Python's cyclic
+    # GC, so a million in-flight records add no GC work (a tuple per record would).
+    #: Record timestamps (kept after the records are released once encoded).
+    timestamps: list[int] = field(default_factory=list)
+    keys: list[bytes | None] = field(default_factory=list)
+    values: list[bytes] = field(default_factory=list)
+    headers: list[tuple[Header, ...] | None] = field(default_factory=list)
     size: int = 0
-    min_ts: int = 0
-    max_ts: int = 0
     result: BlockResult = field(default_factory=BlockResult)
-    callbacks: list[tuple[int, DeliveryCallback]] = field(default_factory=list)
-    #: Record timestamps, kept once the records themselves are released after encoding.
-    timestamps: list[int] | None = None
+    #: Records with an on_delivery callback: their indexes and callbacks.
+    cb_index: list[int] = field(default_factory=list)
+    cb_fn: list[DeliveryCallback] = field(default_factory=list)
     count: int = 0
+
+    @property
+    def min_ts(self) -> int:
+        return min(self.timestamps)
+
+    @property
+    def max_ts(self) -> int:
+        return max(self.timestamps)
 
     def add(
         self,
@@ -50,30 +73,52 @@ class OpenBlock:
         size: int,
         on_delivery: DeliveryCallback | None,
     ) -> RecordFuture:
-        index = len(self.records)
-        if index == 0:
-            self.min_ts = self.max_ts = ts
-        elif ts < self.min_ts:
-            self.min_ts = ts
-        elif ts > self.max_ts:
-            self.max_ts = ts
-        self.records.append((ts, key, value, headers))
-        self.count += 1
+        # Per-record hot path: appends and counters only; bounds are computed once at seal.
+        index = self.count
+        self.timestamps.append(ts)
+        self.keys.append(key)
+        self.values.append(value)
+        self.headers.append(headers)
+        self.count = index + 1
         self.size += size
         if on_delivery is not None:
-            self.callbacks.append((index, on_delivery))
+            self.cb_index.append(index)
+            self.cb_fn.append(on_delivery)
         return RecordFuture(self.result, self.topic, index, ts)
+
+    def try_add(
+        self,
+        ts: int,
+        key: bytes | None,
+        value: bytes,
+        headers: tuple[Header, ...] | None,
+        size: int,
+        on_delivery: DeliveryCallback | None,
+    ) -> RecordFuture | None:
+        """Add the record unless the block is sealed or full (then None)."""
+        with self.lock:
+            if self.sealed or self.size + size > self.capacity:
+                return None
+            return self.add(ts, key, value, headers, size, on_delivery)
+
+    def close(self) -> bool:
+        """Mark sealed; False if it already was (someone else seals it)."""
+        with self.lock:
+            if self.sealed:
+                return False
+            self.sealed = True
+            return True
 
     def seal(self, sequence: int) -> SealedBlock:
         return SealedBlock(self, sequence)
 
-    def timestamp(self, index: int) -> int:
-        return self.timestamps[index] if self.timestamps is not None else self.records[index][0]
+    def records(self) -> list[Record]:
+        """The records as tuples (built only to encode the block)."""
+        return list(zip(self.timestamps, self.keys, self.values, self.headers, strict=True))
 
     def release_records(self) -> None:
-        """Drop the record objects (the encoded block holds them now); keep timestamps."""
-        self.timestamps = [r[0] for r in self.records]
-        self.records = []
+        """Drop the record payloads (the encoded block holds them now); keep timestamps."""
+        self.keys, self.values, self.headers = [], [], []
 
 
 @dataclass(eq=False)
@@ -93,12 +138,13 @@ class SealedBlock:
 
     def encode(self, producer_id: int, epoch: int, compression: Compression) -> bytes:
         o = self.open
+        stamps = o.timestamps
         return encode_block(
-            o.records,
+            o.records(),
             producer_id=producer_id,
             epoch=epoch,
             sequence=self.sequence,
             compression=compression,
-            min_timestamp=o.min_ts,
-            max_timestamp=o.max_ts,
+            min_timestamp=min(stamps),
+            max_timestamp=max(stamps),
         )

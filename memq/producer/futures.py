@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
 
 from memq.errors import MemqError, RequestTimeoutError
 
@@ -15,9 +14,11 @@ __all__ = ["BlockResult", "DeliveryCallback", "RecordFuture", "RecordMetadata"]
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class RecordMetadata:
-    """Where an acknowledged record went. ``key``/``bucket`` are set for acks=all only."""
+class RecordMetadata(NamedTuple):
+    """Where an acknowledged record went. ``key``/``bucket`` are set for acks=all only.
+
+    A NamedTuple: built once per record on completion, so it must be cheap.
+    """
 
     topic: str
     timestamp: int
@@ -60,6 +61,36 @@ class BlockResult:
             except Exception:
                 log.exception("delivery callback raised")
 
+    def metadata(self, topic: str, timestamp: int, index: int) -> RecordMetadata:
+        m = self.meta
+        return RecordMetadata(
+            topic,
+            timestamp,
+            m.get("producer_id", 0),
+            m.get("epoch", 0),
+            m.get("sequence", 0),
+            index,
+            m.get("bucket"),
+            m.get("key"),
+            m.get("block_index"),
+            m.get("duplicate", False),
+        )
+
+    def metadata_many(
+        self, topic: str, timestamps: list[int], indexes: list[int]
+    ) -> Iterator[RecordMetadata]:
+        """Metadata of many records of this block: per-block fields looked up once.
+
+        A generator, so each tuple is freed right after its callback (no GC pressure).
+        """
+        m = self.meta
+        pid, ep, seq = m.get("producer_id", 0), m.get("epoch", 0), m.get("sequence", 0)
+        bucket, key = m.get("bucket"), m.get("key")
+        bi, dup = m.get("block_index"), m.get("duplicate", False)
+        new = tuple.__new__
+        for i in indexes:
+            yield new(RecordMetadata, (topic, timestamps[i], pid, ep, seq, i, bucket, key, bi, dup))
+
     def done(self) -> bool:
         return self._done.is_set()
 
@@ -92,19 +123,7 @@ class RecordFuture:
         return False
 
     def _metadata(self) -> RecordMetadata:
-        m = self._block.meta
-        return RecordMetadata(
-            topic=self.topic,
-            timestamp=self._timestamp,
-            producer_id=m.get("producer_id", 0),
-            epoch=m.get("epoch", 0),
-            sequence=m.get("sequence", 0),
-            record_index=self._index,
-            bucket=m.get("bucket"),
-            key=m.get("key"),
-            block_index=m.get("block_index"),
-            duplicate=m.get("duplicate", False),
-        )
+        return self._block.metadata(self.topic, self._timestamp, self._index)
 
     def exception(self, timeout: float | None = None) -> MemqError | None:
         if not self._block.wait(timeout):

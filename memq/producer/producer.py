@@ -100,7 +100,8 @@ class Producer:
         self.epoch = cfg.epoch
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
-        self._open: dict[str, OpenBlock] = {}
+        self._local = threading.local()
+        self._open: set[OpenBlock] = set()
         self._seq: dict[str, int] = {}
         self._limits: dict[str, int] = {}
         self._buffered = 0
@@ -153,36 +154,42 @@ class Producer:
         """Queue one record; the future resolves when the chosen ``acks`` is satisfied."""
         if self._closed:
             raise ClientClosedError("producer is closed")
-        v = _as_bytes(value, "value")
-        k = None if key is None else _as_bytes(key, "key")
-        h = _headers(headers)
+        v = value if type(value) is bytes else _as_bytes(value, "value")
+        k = key if key is None or type(key) is bytes else _as_bytes(key, "key")
+        h = _headers(headers) if headers else None
         ts = int(time.time() * 1000) if timestamp is None else int(timestamp)
         size = record_size(k, v, h)
-        limit = self._block_limit(topic)
+        limit = self._limits.get(topic) or self._block_limit(topic)
         if size + BLOCK_HEADER_SIZE > limit:
             raise MessageTooLargeError(
                 f"record of {size} bytes does not fit in a block of at most {limit} bytes "
                 "(batch.size, capped by the topic's max_block_bytes)"
             )
-        sealed: SealedBlock | None = None
-        new_block: OpenBlock | None = None
+        blocks: dict[str, OpenBlock] | None = getattr(self._local, "blocks", None)
+        if blocks is None:
+            blocks = self._local.blocks = {}
+        while True:
+            acc = blocks.get(topic)
+            if acc is not None:
+                fut = acc.try_add(ts, k, v, h, size, on_delivery)
+                if fut is not None:
+                    return fut
+                self._seal(acc)  # full (a no-op if linger or flush sealed it already)
+            blocks[topic] = self._open_block(topic, limit)
+
+    def _open_block(self, topic: str, limit: int) -> OpenBlock:
+        """A new open block for the calling thread, holding ``limit`` bytes of budget."""
         with self._lock:
-            self._reserve(size)
-            acc = self._open.get(topic)
-            if acc is not None and acc.size + size + BLOCK_HEADER_SIZE > limit:
-                sealed = self._seal_locked(topic, acc)
-                acc = None
-            if acc is None:
-                acc = new_block = self._open[topic] = OpenBlock(topic)
-            fut = acc.add(ts, k, v, h, size, on_delivery)
-            self._pending_records += 1
-        if sealed is not None:
-            self._submit(sealed)
-        if new_block is not None:
-            self._loop.call_soon_threadsafe(self._arm_linger, topic, new_block)
-        return fut
+            if self._closed:
+                raise ClientClosedError("producer is closed")
+            self._reserve(limit)
+            acc = OpenBlock(topic, capacity=limit - BLOCK_HEADER_SIZE, reserved=limit)
+            self._open.add(acc)
+        self._loop.call_soon_threadsafe(self._arm_linger, acc)
+        return acc
 
     def _reserve(self, size: int) -> None:
+        """Take ``size`` bytes of buffer.memory (under the lock), waiting up to max.block.ms."""
         cap = self.config.buffer_memory
         if self._buffered + size <= cap or self._buffered == 0:
             self._buffered += size
@@ -199,23 +206,24 @@ class Producer:
             self._changed.wait(left)
         self._buffered += size
 
-    def _seal_locked(self, topic: str, acc: OpenBlock) -> SealedBlock:
-        del self._open[topic]
-        seq = self._seq.get(topic, 0)
-        self._seq[topic] = seq + 1
-        return acc.seal(seq)
-
-    def _submit(self, block: SealedBlock) -> None:
-        self._loop.call_soon_threadsafe(self._sender.spawn, block)
-
-    def _arm_linger(self, topic: str, acc: OpenBlock) -> None:
-        self._loop.call_later(self.config.linger_ms / 1000, self._linger_expired, topic, acc)
-
-    def _linger_expired(self, topic: str, acc: OpenBlock) -> None:
+    def _seal(self, acc: OpenBlock) -> None:
+        """Seal an open block (from any thread) and hand it to the sender."""
+        if not acc.close():
+            return
         with self._lock:
-            sealed = self._seal_locked(topic, acc) if self._open.get(topic) is acc else None
-        if sealed is not None:
-            self._sender.spawn(sealed)
+            self._open.discard(acc)
+            self._buffered -= acc.reserved - acc.size  # keep only what the records use
+            acc.reserved = acc.size
+            self._changed.notify_all()
+            if not acc.count:
+                return
+            self._pending_records += acc.count
+            seq = self._seq.get(acc.topic, 0)
+            self._seq[acc.topic] = seq + 1
+        self._loop.call_soon_threadsafe(self._sender.spawn, acc.seal(seq))
+
+    def _arm_linger(self, acc: OpenBlock) -> None:
+        self._loop.call_later(self.config.linger_ms / 1000, self._seal, acc)
 
     # --- completion ---------------------------------------------------------------------
 
@@ -228,20 +236,25 @@ class Producer:
         o = block.open
         o.release_records()
         with self._lock:
-            self._buffered += nbytes - o.size
-            o.size = nbytes
+            self._buffered += nbytes - o.reserved
+            o.reserved = nbytes
             self._changed.notify_all()
 
     def _finish(self, block: SealedBlock, error: MemqError | None, meta: dict[str, Any]) -> None:
         o = block.open
         with self._lock:
-            self._buffered -= o.size
+            self._buffered -= o.reserved
             self._pending_records -= o.count
             self._changed.notify_all()
-        o.result.complete(error, **meta)
-        for index, cb in o.callbacks:
+        result = o.result
+        result.complete(error, **meta)
+        if not o.cb_fn:
+            return
+        # Per-record work: one tuple and one call per callback.
+        metas = result.metadata_many(o.topic, o.timestamps, o.cb_index)
+        for cb, md in zip(o.cb_fn, metas, strict=True):
             try:
-                cb(error, RecordFuture(o.result, o.topic, index, o.timestamp(index))._metadata())
+                cb(error, md)
             except Exception:
                 log.exception("on_delivery callback raised")
 
@@ -253,9 +266,9 @@ class Producer:
         Returns the number of records still pending (0 when everything completed).
         """
         with self._lock:
-            sealed = [self._seal_locked(t, acc) for t, acc in list(self._open.items())]
-        for b in sealed:
-            self._submit(b)
+            open_blocks = list(self._open)
+        for acc in open_blocks:
+            self._seal(acc)
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
             while self._pending_records:
@@ -267,12 +280,13 @@ class Producer:
 
     def __len__(self) -> int:
         """Records produced but not yet acknowledged or failed."""
-        return self._pending_records
+        with self._lock:
+            return self._pending_records + sum(acc.count for acc in self._open)
 
     @property
     def stats(self) -> dict[str, int]:
         return {
-            "pending_records": self._pending_records,
+            "pending_records": len(self),
             "buffered_bytes": self._buffered,
             "requests": self._sender.sent_requests,
             "retries": self._sender.retries,
