@@ -9,7 +9,9 @@ Put it in front of a real server (moto, Tansu) and switch modes while traffic fl
 - ``http_503``: answer every HTTP request with S3's ``503 SlowDown`` and close.
 
 Changing the mode cuts existing connections (``cut_existing``), so pooled keep-alive
-connections feel the fault at once. Runs its own event loop in a daemon thread.
+connections feel the fault at once. ``set_mode(mode, count=n, then="pass")`` applies a
+fault to the next ``n`` connections only, then switches to ``then``: a deterministic
+fault schedule with no timing race. Runs its own event loop in a daemon thread.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ class FaultProxy:
         self.port = listen_port
         self.mode: Mode = "pass"
         self.delay = 0.0
+        self._remaining: int | None = None
+        self._then: Mode = "pass"
         self.counts: Counter[str] = Counter()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
@@ -62,8 +66,17 @@ class FaultProxy:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)
 
-    def set_mode(self, mode: Mode, *, delay: float = 0.0, cut_existing: bool = True) -> None:
-        self._call(self._set_mode(mode, delay, cut_existing))
+    def set_mode(
+        self,
+        mode: Mode,
+        *,
+        delay: float = 0.0,
+        cut_existing: bool = True,
+        count: int | None = None,
+        then: Mode = "pass",
+    ) -> None:
+        """Switch mode; with ``count``, only for the next ``count`` connections."""
+        self._call(self._set_mode(mode, delay, cut_existing, count, then))
 
     @property
     def address(self) -> str:
@@ -100,8 +113,11 @@ class FaultProxy:
             self._server.close()
             self._server = None
 
-    async def _set_mode(self, mode: Mode, delay: float, cut: bool) -> None:
+    async def _set_mode(
+        self, mode: Mode, delay: float, cut: bool, count: int | None = None, then: Mode = "pass"
+    ) -> None:
         self.mode, self.delay = mode, delay
+        self._remaining, self._then = count, then
         if cut:
             await self._close(stop_listening=False)
         if mode == "refuse" and self._server is not None:
@@ -114,6 +130,10 @@ class FaultProxy:
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         mode = self.mode
         self.counts[mode] += 1
+        if self._remaining is not None:
+            self._remaining -= 1
+            if self._remaining <= 0:
+                self.mode, self._remaining = self._then, None
         self._conns.add(writer)
         try:
             if mode == "reset":

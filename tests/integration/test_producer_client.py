@@ -15,7 +15,6 @@ from memq.broker import BrokerThread
 from memq.config import S3Config
 from memq.devstack import StackState
 from memq.devstack.faultproxy import FaultProxy
-from memq.devstack.procs import wait_for
 from memq.formats import encode_batch, encode_block, parse_object_key
 from memq.testing import broker_config
 from storage_handlers.s3 import S3Writer
@@ -73,21 +72,11 @@ def test_hedged_upload_wins_when_the_first_attempt_hangs(
             attempts=1,
         )
         writer = S3Writer(cfg, "test")
-        proxy.set_mode("stall")
-        # Let the first PUT reach the stalled proxy, then heal it for new connections only.
-        import threading
-
-        def heal() -> None:
-            wait_for(
-                lambda: True if proxy.counts["stall"] >= 1 else None, timeout=10, what="first PUT"
-            )
-            proxy.set_mode("pass", cut_existing=False)
-
-        t = threading.Thread(target=heal)
-        t.start()
+        # The first PUT's connection hangs; every later connection (the hedge) passes.
+        proxy.set_mode("stall", count=1, then="pass")
         stored = writer.store("h", "1795000000000-00000001-b", 1795000000000, obj)
-        t.join()
         writer.close()
+    assert proxy.counts["stall"] == 1 and proxy.counts["pass"] >= 1
     assert stored.key.endswith("-h1")
     assert parse_object_key(stored.key).batch_id == "1795000000000-00000001-b-h1"
     objects = read_objects(memq_stack.s3_client(), s3_bucket)
