@@ -15,6 +15,7 @@ import contextlib
 import functools
 import logging
 import time
+from collections import deque
 from typing import TYPE_CHECKING
 
 from memq.errors import (
@@ -31,7 +32,7 @@ from memq.errors import (
 )
 from memq.formats.block import verify_block
 from memq.formats.frames import (
-    FrameDecoder,
+    FrameReceiver,
     RawFrame,
     Request,
     RequestType,
@@ -67,11 +68,14 @@ def error_kind(status: StatusCode) -> str:
     return _KINDS.get(status, "other")
 
 
-class BrokerConnection(asyncio.Protocol):
+class BrokerConnection(asyncio.BufferedProtocol):
     def __init__(self, server: BrokerServer) -> None:
         self.server = server
         cfg = server.config
-        self.decoder = FrameDecoder(cfg.max_frame_bytes)
+        self.receiver = FrameReceiver(cfg.max_frame_bytes)
+        self._frames: deque[RawFrame] = deque()
+        self._queued_bytes = 0
+        self._broken: MemqFormatError | None = None
         self.read_limit = 2 * cfg.max_frame_bytes
         self.idle_timeout = cfg.idle_timeout_s
         self.transport: asyncio.Transport | None = None
@@ -103,10 +107,23 @@ class BrokerConnection(asyncio.Protocol):
         self.server.metrics.connections.set(len(self.server.connections))
         self._pump_task = asyncio.get_running_loop().create_task(self._pump())
 
-    def data_received(self, data: bytes) -> None:
-        self.decoder.feed(data)
-        self._wake.set()
-        if not self._paused and self.decoder.buffered > self.read_limit and self.transport:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.receiver.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        try:
+            frames = self.receiver.received(nbytes)
+        except MemqFormatError as e:  # bad length prefix: the stream is lost
+            self._broken = e
+            if self.transport is not None:
+                self.transport.pause_reading()
+            self._wake.set()
+            return
+        if frames:
+            self._frames.extend(frames)
+            self._queued_bytes += sum(len(f.payload) for f in frames)
+            self._wake.set()
+        if not self._paused and self._queued_bytes > self.read_limit and self.transport:
             self.transport.pause_reading()
             self._paused = True
 
@@ -133,10 +150,9 @@ class BrokerConnection(asyncio.Protocol):
         try:
             while not self._closed:
                 self._wake.clear()
-                try:
-                    frames = list(self.decoder.frames())
-                except MemqFormatError as e:  # bad length prefix: the stream is lost
-                    self._fatal(e)
+                frames = self._frames
+                if not frames and self._broken is not None:
+                    self._fatal(self._broken)
                     return
                 if not frames:
                     if self._eof:
@@ -158,9 +174,11 @@ class BrokerConnection(asyncio.Protocol):
                         await asyncio.wait_for(self._wake.wait(), left)
                     continue
                 self._last_progress = time.monotonic()
-                for raw in frames:
+                while frames:
                     if self.is_closed:
                         return
+                    raw = frames.popleft()
+                    self._queued_bytes -= len(raw.payload)
                     await self._handle(raw)
         except Exception:
             log.exception("connection %s failed; closing it", self.peer)
@@ -181,7 +199,7 @@ class BrokerConnection(asyncio.Protocol):
         if self.transport is not None and not self.transport.is_closing():
             self.transport.write(data)
 
-    def respond(self, req_type: int, rid: int, body: bytes = b"") -> None:
+    def respond(self, req_type: int, rid: int, body: bytes | memoryview = b"") -> None:
         self.server.metrics.requests.labels(_type_name(req_type), "OK").inc()
         self._send(encode_response(req_type, rid, StatusCode.OK, "", body))
 
@@ -228,7 +246,7 @@ class BrokerConnection(asyncio.Protocol):
             elif req.type == RequestType.PING:
                 self.respond(req.type, req.request_id, req.body)
             elif req.type in self.server.admin_types:
-                body = await self.server.admin(req.type, req.body)
+                body = await self.server.admin(req.type, bytes(req.body))
                 self.respond(req.type, req.request_id, body)
             else:
                 raise UnknownRequestTypeError(

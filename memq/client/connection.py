@@ -161,7 +161,7 @@ class ClientConnection(asyncio.Protocol):
                 f"broker {self.address} did not answer request {rid} within {timeout:.1f} s"
             ) from None
         if resp.status != StatusCode.OK:
-            raise error_for_status(resp.status, resp.error, resp.body)
+            raise error_for_status(resp.status, resp.error, bytes(resp.body))
         return resp
 
     def close(self) -> None:

@@ -28,6 +28,7 @@ from memq.formats.block import (
 from memq.formats.compression import Compression, parse_compression
 from memq.formats.frames import (
     FrameDecoder,
+    FrameReceiver,
     RawFrame,
     Request,
     RequestType,
@@ -49,6 +50,7 @@ __all__ = [
     "BlockHeader",
     "Compression",
     "FrameDecoder",
+    "FrameReceiver",
     "IndexEntry",
     "Notification",
     "ObjectKey",

@@ -47,6 +47,7 @@ __all__ = [
     "FRAME_HEADER_SIZE",
     "PROTOCOL_VERSION",
     "FrameDecoder",
+    "FrameReceiver",
     "RawFrame",
     "Request",
     "RequestType",
@@ -86,13 +87,14 @@ class RequestType(IntEnum):
 
 @dataclass(frozen=True, slots=True)
 class RawFrame:
-    """A complete frame split at its stable fields; ``payload`` is everything after them."""
+    """A complete frame split at its stable fields; ``payload`` is everything after them
+    (``bytes``, or a read-only view of the frame's own buffer from :class:`FrameReceiver`)."""
 
     version: int
     flags: int
     type: int
     request_id: int
-    payload: bytes
+    payload: bytes | memoryview
     crc_ok: bool = True
 
 
@@ -100,7 +102,7 @@ class RawFrame:
 class Request:
     type: int
     request_id: int
-    body: bytes
+    body: bytes | memoryview
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +111,7 @@ class Response:
     request_id: int
     status: int
     error: str
-    body: bytes
+    body: bytes | memoryview
 
     @property
     def ok(self) -> bool:
@@ -147,7 +149,11 @@ def encode_request(type_: int, request_id: int, body: bytes = b"") -> bytes:
 
 
 def encode_response(
-    type_: int, request_id: int, status: int = StatusCode.OK, error: str = "", body: bytes = b""
+    type_: int,
+    request_id: int,
+    status: int = StatusCode.OK,
+    error: str = "",
+    body: bytes | memoryview = b"",
 ) -> bytes:
     """Encode a response; an over-long error text is cut (on a UTF-8 boundary) to fit."""
     _check_u("status", status, 16)
@@ -180,7 +186,7 @@ def parse_frame(frame: RawFrame) -> Request | Response:
     if len(p) < _RESP.size + elen:
         raise TruncatedError(f"response error text needs {elen} bytes, frame has fewer")
     try:
-        error = p[_RESP.size : _RESP.size + elen].decode("utf-8")
+        error = bytes(p[_RESP.size : _RESP.size + elen]).decode("utf-8")
     except UnicodeDecodeError:
         raise MalformedError("response error text is not valid UTF-8") from None
     return Response(frame.type, frame.request_id, status, error, p[_RESP.size + elen :])
@@ -242,6 +248,99 @@ class FrameDecoder:
             self._pos = end
             ok = zlib.crc32(payload, zlib.crc32(stable)) == crc
             yield RawFrame(version, flags, type_, rid, payload, ok)
+
+
+class FrameReceiver:
+    """Frame splitter for ``asyncio.BufferedProtocol``: the kernel writes into our buffers.
+
+    Small frames are received into a reusable staging buffer and copied out; a frame
+    whose length prefix announces more than ``big_frame`` bytes gets its own buffer of
+    exactly that size and the rest of it is received straight into it, so a large WRITE
+    costs no user-space copy until its block is appended to a batch. Length checks are
+    those of :class:`FrameDecoder` (nothing is allocated from an unchecked length).
+
+    Use: ``get_buffer()`` -> receive into it -> ``received(n)`` -> complete frames.
+    """
+
+    __slots__ = ("_big", "_big_at", "_buf", "_end", "_start", "big_frame", "max_frame_size")
+
+    def __init__(
+        self,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        staging: int = 256 * 1024,
+        big_frame: int = 64 * 1024,
+    ) -> None:
+        self.max_frame_size = max_frame_size
+        self.big_frame = big_frame
+        self._buf = bytearray(staging)
+        self._start = 0
+        self._end = 0
+        self._big: bytearray | None = None
+        self._big_at = 0
+
+    @property
+    def buffered(self) -> int:
+        """Bytes of a partial frame received so far."""
+        return self._big_at if self._big is not None else self._end - self._start
+
+    def get_buffer(self) -> memoryview:
+        if self._big is not None:
+            return memoryview(self._big)[self._big_at :]
+        if len(self._buf) - self._end < 4096:
+            # Compact: move the partial frame to the front of the staging buffer.
+            n = self._end - self._start
+            self._buf[:n] = self._buf[self._start : self._end]
+            self._start, self._end = 0, n
+        return memoryview(self._buf)[self._end :]
+
+    def received(self, nbytes: int) -> list[RawFrame]:
+        """Account ``nbytes`` written into the last buffer; return the frames completed."""
+        out: list[RawFrame] = []
+        if self._big is not None:
+            self._big_at += nbytes
+            if self._big_at < len(self._big):
+                return out
+            out.append(_raw_from(memoryview(self._big), self._big))
+            self._big = None
+            return out
+        self._end += nbytes
+        buf = self._buf
+        while self._end - self._start >= 4:
+            length = int.from_bytes(buf[self._start : self._start + 4], "big")
+            if length > self.max_frame_size:
+                raise FrameTooLargeError(
+                    f"frame of {length} bytes exceeds the maximum of {self.max_frame_size}: "
+                    "send smaller blocks (producer batch.size) or raise the max frame size"
+                )
+            if length < _MIN_LENGTH:
+                raise MalformedError(
+                    f"frame length {length} is below the {_MIN_LENGTH}-byte minimum"
+                )
+            total = 4 + length
+            have = self._end - self._start
+            if have >= total:
+                frame = bytes(memoryview(buf)[self._start : self._start + total])
+                out.append(_raw_from(memoryview(frame), frame))
+                self._start += total
+                continue
+            if total > self.big_frame or total > len(buf):
+                # Receive the rest of this frame straight into a buffer of its own.
+                big = bytearray(total)
+                big[:have] = memoryview(buf)[self._start : self._end]
+                self._big, self._big_at = big, have
+                self._start = self._end = 0
+            break
+        if self._start == self._end:
+            self._start = self._end = 0
+        return out
+
+
+def _raw_from(view: memoryview, owner: bytes | bytearray) -> RawFrame:
+    """A RawFrame over one complete frame; the payload is a view of ``owner`` (no copy)."""
+    crc = int.from_bytes(view[4:8], "big")
+    version, flags, type_, rid = _STABLE.unpack_from(view, 8)
+    ok = zlib.crc32(view[8:]) == crc
+    return RawFrame(version, flags, type_, rid, view[FRAME_HEADER_SIZE:], ok)
 
 
 def decode_frame(
