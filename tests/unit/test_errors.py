@@ -47,3 +47,23 @@ def test_status_codes_are_unique_and_stable():
     # Wire constants: a renumbering would break old clients.
     assert StatusCode.THROTTLED == 8 and StatusCode.NOT_WRITER == 12
     assert len({int(c) for c in StatusCode}) == len(StatusCode)
+
+
+def test_view_reader_is_a_zero_copy_seekable_body():
+    import io
+
+    from storage_handlers.base import ViewReader
+
+    data = bytearray(range(256)) * 20_000  # 5 MB
+    r = ViewReader(memoryview(data)[100:], min_chunk=1 << 20)
+    assert len(r) == len(data) - 100
+    first = r.read(8192)  # a small read still returns a large zero-copy slice
+    assert isinstance(first, memoryview) and len(first) == 1 << 20
+    assert first.obj is data
+    rest = r.read()
+    assert bytes(first) + bytes(rest) == bytes(data[100:])
+    assert r.read(10) == b"" and r.tell() == len(r)
+    r.seek(5)
+    buf = bytearray(3)
+    assert r.readinto(buf) == 3 and bytes(buf) == bytes(data[105:108])
+    assert r.seek(-1, io.SEEK_END) == len(r) - 1
