@@ -1,195 +1,245 @@
 """The end-to-end demo behind ``make demo`` / ``memq demo``.
 
-Foundation stage: proves the real stack and the formats. It packs records into
-producer blocks, seals them into one batch object, uploads it to S3, publishes its
-notification to Kafka, then reads both back (range-reading the header and each
-block) and verifies every byte.
+On the local stack (started here if it is not running), it walks the whole pipeline:
+
+1. produce records with ``memq.Producer`` (acks=all) through the MemQ broker;
+2. read every notification back from Kafka and every batch object from S3 (header
+   range-read, checksum against the notification, each block by range, CRCs), and
+   check the records are exactly those produced;
+3. backfill the topic with Spark straight from S3 to Parquet and check the same;
+
+and prints a summary. Any mismatch raises, so ``make demo`` fails loudly.
 """
 
 from __future__ import annotations
 
 import os
 import random
+import sys
+import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from memq.devstack import DevStack, StackState
 from memq.errors import MemqError
-from memq.formats import (
-    BATCH_PREFIX_SIZE,
-    BatchBuilder,
-    Compression,
-    Notification,
-    batch_header_length,
-    batch_id,
-    decode_batch_header,
-    decode_notification,
-    decode_records,
-    encode_block,
-    verify_batch_block,
-    verify_block,
-)
 
-__all__ = ["DemoResult", "run_demo"]
+__all__ = ["DemoResult", "demo_with_stack", "run_demo"]
 
-TOPIC = "demo"
 CLUSTER = "dev"
+Say = Callable[[str], None]
 
 
 @dataclass
 class DemoResult:
+    topic: str = ""
     records: int = 0
-    blocks: int = 0
-    object_size: int = 0
-    key: str = ""
-    notification: str = ""
+    objects: int = 0
+    bytes_stored: int = 0
     checks: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
+    backfill_records: int | None = None
 
 
-def _records(n: int, seed: int) -> list[tuple[int, bytes | None, bytes, Any]]:
+def _records(n: int, seed: int) -> list[tuple[bytes, bytes, dict[str, bytes] | None]]:
     rng = random.Random(seed)
-    now = int(time.time() * 1000)
-    return [
-        (
-            now + i,
-            f"user-{rng.randrange(1000)}".encode(),
-            rng.randbytes(rng.randrange(50, 400)),
-            (("source", b"demo"),) if i % 10 == 0 else None,
+    events = ["click", "view", "purchase", "search"]
+    out = []
+    for i in range(n):
+        value = (
+            f'{{"seq":{i},"event":"{rng.choice(events)}","user":{rng.randrange(10_000)},'
+            f'"pad":"{rng.randbytes(rng.randrange(20, 300)).hex()}"}}'
+        ).encode()
+        out.append(
+            (
+                f"user-{rng.randrange(1000)}".encode(),
+                value,
+                {"source": b"demo"} if i % 10 == 0 else None,
+            )
         )
-        for i in range(n)
-    ]
+    return out
 
 
-def run_demo(
-    state: StackState,
-    *,
-    records: int = 20_000,
-    block_records: int = 1_000,
-    say: Callable[[str], None] = print,
-) -> DemoResult:
+def _produce(state: StackState, topic: str, records: list[Any], res: DemoResult, say: Say) -> None:
+    from memq import Producer
+
+    broker = state.extra.get("brokers", [{}])[0].get("endpoint")
+    if not broker:
+        raise MemqError(
+            "the local stack has no broker: restart it with `memq dev down && memq dev up`"
+        )
+    t0 = time.perf_counter()
+    with Producer({"bootstrap.servers": broker, "acks": "all", "linger.ms": 20}) as p:
+        futures = [p.produce(topic, v, key=k, headers=h) for k, v, h in records]
+        left = p.flush(120)
+        if left:
+            raise MemqError(f"{left} records were not acknowledged within 120 s")
+        failed = [e for f in futures if (e := f.exception(0)) is not None]
+        if failed:
+            raise MemqError(f"{len(failed)} records failed, first: {failed[0]}")
+    res.timings["produce (acks=all)"] = time.perf_counter() - t0
+    say(
+        f"produced {len(records):,} records to {topic!r} with acks=all: every one is in S3 and notified"
+    )
+    res.checks.append(
+        f"{len(records):,} records acknowledged with acks=all (stored in S3 and notified)"
+    )
+
+
+def _read_back(
+    state: StackState, topic: str, expected: Counter[Any], res: DemoResult, say: Say
+) -> None:
+    """Notifications from Kafka, then each object from S3 by range reads, verified."""
     from confluent_kafka import Consumer, TopicPartition
 
-    from memq.config import NotificationConfig, S3Config
-    from storage_handlers.kafka_sink import KafkaNotificationSink
-    from storage_handlers.s3 import S3Reader, S3Writer
-
-    os.environ.update({k: v for k, v in state.aws_env().items() if k not in os.environ})
-    res = DemoResult()
-    clock = time.perf_counter
-    recs = _records(records, seed=7)
-    t0 = clock()
-    blocks = [
-        encode_block(
-            recs[i : i + block_records],
-            producer_id=1,
-            epoch=0,
-            sequence=i // block_records,
-            compression=Compression.ZSTD,
-        )
-        for i in range(0, len(recs), block_records)
-    ]
-    builder = BatchBuilder(capacity=sum(len(b) for b in blocks), max_blocks=len(blocks))
-    for b in blocks:
-        builder.append(b, verify_block(b))
-    obj = builder.seal()
-    header = decode_batch_header(obj)
-    res.timings["encode"] = clock() - t0
-    res.records, res.blocks, res.object_size = records, len(blocks), len(obj)
-    say(f"packed {records} records into {len(blocks)} zstd blocks, one {len(obj)}-byte object")
-
-    s3cfg = S3Config(bucket=state.bucket, endpoint_url=state.s3_endpoint, region="us-east-1")
-    created = int(time.time() * 1000)
-    bid = batch_id(created, "demo", 0)
-    t0 = clock()
-    stored = S3Writer(s3cfg, CLUSTER).store(TOPIC, bid, created, obj)
-    res.timings["upload"] = clock() - t0
-    res.key = f"s3://{stored.bucket}/{stored.key}"
-    say(f"uploaded {res.key}")
-
-    notify_topic = "memq-demo-notifications"
-    sink = KafkaNotificationSink(
-        NotificationConfig(bootstrap_servers=state.kafka_bootstrap, partitions=1)
+    from memq.formats import (
+        BATCH_PREFIX_SIZE,
+        batch_header_length,
+        decode_batch_header,
+        decode_notification,
+        decode_records,
+        verify_batch_block,
     )
-    sink.ensure_topic(notify_topic)
-    n = Notification(
-        topic=TOPIC,
-        cluster=CLUSTER,
-        broker="demo",
-        storage="s3",
-        bucket=stored.bucket,
-        key=stored.key,
-        size=stored.size,
-        block_count=header.block_count,
-        record_count=header.record_count,
-        min_timestamp=header.min_timestamp,
-        max_timestamp=header.max_timestamp,
-        checksum=header.crc,
-        batch_id=bid,
-        created_at=created,
-    )
-    t0 = clock()
-    ack = sink.publish(notify_topic, n).result(timeout=30)
-    sink.close()
-    res.timings["notify"] = clock() - t0
-    res.notification = f"{ack.topic}[{ack.partition}]@{ack.offset}"
-    say(f"notification acknowledged by Kafka at {res.notification}")
+    from storage_handlers.registry import make_reader
 
-    # Read back: the notification from Kafka, then the object by range reads.
-    t0 = clock()
-    consumer = Consumer(
+    t0 = time.perf_counter()
+    note_topic = f"memq.{CLUSTER}.{topic}.notifications"
+    c = Consumer(
         {
             "bootstrap.servers": state.kafka_bootstrap,
-            "group.id": "memq-demo",
+            "group.id": f"demo-{time.time_ns()}",
             "enable.auto.commit": False,
         }
     )
-    consumer.assign([TopicPartition(ack.topic, ack.partition, ack.offset)])
-    deadline = time.monotonic() + 30
-    msg = None
-    while msg is None and time.monotonic() < deadline:
-        m = consumer.poll(1.0)
-        if m is not None and m.error() is None and m.value() is not None:
-            msg = m.value()
-    consumer.close()
-    if msg is None:
-        raise MemqError(f"notification at {res.notification} could not be read back in 30 s")
-    got = decode_notification(msg)
-    if got != n:
-        raise MemqError(f"notification read back differs: {got} != {n}")
-    res.checks.append("notification read back from Kafka equals the one published")
+    try:
+        parts = list(c.list_topics(note_topic, timeout=10).topics[note_topic].partitions)
+        c.assign([TopicPartition(note_topic, p, 0) for p in parts])
+        reader = make_reader(
+            {
+                "type": "s3",
+                "bucket": state.bucket,
+                "endpoint_url": state.s3_endpoint,
+                "region": "us-east-1",
+            }
+        )
+        got: Counter[Any] = Counter()
+        deadline = time.monotonic() + 60
+        total = sum(expected.values())
+        while sum(got.values()) < total and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            payload = None if m is None or m.error() is not None else m.value()
+            if payload is None:
+                continue
+            n = decode_notification(payload)
+            prefix = reader.read(n.bucket, n.key, 0, BATCH_PREFIX_SIZE)
+            header = decode_batch_header(
+                reader.read(n.bucket, n.key, 0, batch_header_length(prefix))
+            )
+            if header.crc != n.checksum or header.object_size != n.size:
+                raise MemqError(f"{n.key}: object does not match its notification")
+            for i, e in enumerate(header.entries):
+                block = reader.read(n.bucket, n.key, e.offset, e.offset + e.length)
+                for _ts, k, v, h in decode_records(block, verify_batch_block(block, e, index=i)):
+                    got[(k, v, h)] += 1
+            res.objects += 1
+            res.bytes_stored += n.size
+    finally:
+        c.close()
+    if got != expected:
+        missing = sum((expected - got).values())
+        extra = sum((got - expected).values())
+        raise MemqError(
+            f"read back differs from what was produced: {missing} missing, {extra} unexpected"
+        )
+    res.timings["read back (Kafka + S3)"] = time.perf_counter() - t0
+    say(
+        f"read {res.objects} notifications from Kafka and their objects from S3: all records, byte-exact"
+    )
+    res.checks.append(
+        f"{res.objects} objects ({res.bytes_stored:,} bytes) range-read and CRC-verified against their "
+        "notifications; records equal to those produced"
+    )
 
-    reader = S3Reader(s3cfg)
-    prefix = reader.read(got.bucket, got.key, 0, BATCH_PREFIX_SIZE)
-    hlen = batch_header_length(prefix)
-    rheader = decode_batch_header(reader.read(got.bucket, got.key, 0, hlen))
-    if rheader.crc != got.checksum or rheader.object_size != got.size:
-        raise MemqError("object header does not match its notification (checksum/size)")
-    res.checks.append("object header range-read, CRC verified, matches the notification checksum")
-    decoded = []
-    for i, e in enumerate(rheader.entries):
-        raw = reader.read(got.bucket, got.key, e.offset, e.offset + e.length)
-        if raw != blocks[i]:
-            raise MemqError(f"block {i} read back differs from what was sent")
-        decoded.extend(decode_records(raw, verify_batch_block(raw, e, index=i)))
-    if decoded != recs:
-        raise MemqError("records read back differ from those written")
-    res.checks.append(f"{len(rheader.entries)} blocks range-read, byte-identical, CRCs verified")
-    res.checks.append(f"{len(decoded)} records decoded, equal to the records written")
-    res.timings["read_back"] = clock() - t0
+
+def _backfill(
+    state: StackState, topic: str, expected: Counter[Any], res: DemoResult, say: Say
+) -> None:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    import pyarrow.dataset as ds
+    from pyspark.sql import SparkSession
+
+    from spark.backfill import run_backfill
+
+    t0 = time.perf_counter()
+    say("starting Spark (local[*]) for the backfill...")
+    session = (
+        SparkSession.builder.master("local[*]")
+        .appName("memq-demo")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    try:
+        out = tempfile.mkdtemp(prefix="memq-demo-backfill-") + "/parquet"
+        options = {
+            "bucket": state.bucket,
+            "cluster": CLUSTER,
+            "topic": topic,
+            "endpoint_url": state.s3_endpoint,
+            "region": "us-east-1",
+        }
+        result = run_backfill(session, options, out)
+        table = ds.dataset(out, format="parquet", partitioning="hive").to_table(
+            columns=["key", "value", "headers"]
+        )
+        got = Counter(
+            (r["key"], r["value"], None if r["headers"] is None else tuple(sorted(r["headers"])))
+            for r in table.to_pylist()
+        )
+    finally:
+        session.stop()
+    if got != expected:
+        raise MemqError(f"backfill differs from what was produced ({sum(got.values())} rows)")
+    res.backfill_records = result.records
+    res.timings["Spark backfill to Parquet"] = time.perf_counter() - t0
+    say(f"Spark backfilled {result.records:,} records from {result.objects} objects to {out}")
+    res.checks.append(
+        f"Spark backfill read {result.objects} objects straight from S3: "
+        f"{result.records:,} records, equal to those produced"
+    )
+
+
+def run_demo(
+    state: StackState, *, records: int = 20_000, say: Say = print, backfill: bool = True
+) -> DemoResult:
+    # The stack's throwaway S3 credentials, for boto3 here and in Spark's workers.
+    os.environ.update({k: v for k, v in state.aws_env().items() if not os.environ.get(k)})
+    topic = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
+    res = DemoResult(topic=topic, records=records)
+    recs = _records(records, seed=7)
+    expected: Counter[Any] = Counter(
+        (k, v, None if h is None else tuple(sorted(h.items()))) for k, v, h in recs
+    )
+    _produce(state, topic, recs, res, say)
+    _read_back(state, topic, expected, res, say)
+    if backfill:
+        _backfill(state, topic, expected, res, say)
     return res
 
 
-def demo_with_stack(
-    stack: DevStack, *, keep: bool, say: Callable[[str], None], **kw: Any
-) -> DemoResult:
+def demo_with_stack(stack: DevStack, *, keep: bool, say: Say, **kw: Any) -> DemoResult:
     """Run the demo on the running stack, or on one started (and stopped) for it."""
     state = stack.load()
     started = state is None
     if state is None:
-        say("starting the local stack (moto S3, Tansu Kafka, ZooKeeper)...")
+        say("starting the local stack (moto S3, Tansu Kafka, ZooKeeper, a MemQ broker)...")
         state = stack.up(progress=say)
     try:
         return run_demo(state, say=say, **kw)

@@ -22,7 +22,8 @@ def record_size(key: bytes | None, value: bytes, headers: tuple[Header, ...] | N
     if key is not None:
         n += len(key)
     if headers:
-        n += sum(len(h[0]) + (len(h[1]) if h[1] is not None else 0) + 12 for h in headers)
+        # Names are str: count their UTF-8 bytes, not characters.
+        n += sum(len(h[0].encode()) + (len(h[1]) if h[1] is not None else 0) + 12 for h in headers)
     return n
 
 

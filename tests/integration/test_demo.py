@@ -11,14 +11,11 @@ from memq.devstack import StackState
 from memq.devstack.procs import ProcessRef, is_alive
 
 
-def test_demo_round_trip(memq_stack: StackState) -> None:
-    res = run_demo(memq_stack, records=5_000, block_records=700, say=lambda _m: None)
-    assert res.records == 5_000 and res.blocks == 8
-    assert len(res.checks) == 4
-    # The object is really in S3, with exactly the size the demo reported.
-    bucket, key = res.key.removeprefix("s3://").split("/", 1)
-    head = memq_stack.s3_client().head_object(Bucket=bucket, Key=key)
-    assert head["ContentLength"] == res.object_size
+def test_demo_pipeline(memq_stack: StackState) -> None:
+    res = run_demo(memq_stack, records=3_000, say=lambda _m: None, backfill=False)
+    assert res.records == 3_000 and res.objects >= 1
+    assert len(res.checks) == 2
+    assert res.bytes_stored > 3_000 * 50
 
 
 def test_memq_demo_command_starts_and_stops_its_stack(tmp_path: Path) -> None:

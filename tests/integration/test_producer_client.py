@@ -67,11 +67,12 @@ def test_hedged_upload_wins_when_the_first_attempt_hangs(
             bucket=s3_bucket,
             endpoint_url=proxy.url,
             region="us-east-1",
-            hedge_after_ms=300,
-            read_timeout_ms=3000,
+            hedge_after_ms=1000,
+            read_timeout_ms=4000,
             attempts=1,
         )
         writer = S3Writer(cfg, "test")
+        assert writer.client is not None  # built now: the first PUT connects at once
         # The first PUT's connection hangs; every later connection (the hedge) passes.
         proxy.set_mode("stall", count=1, then="pass")
         stored = writer.store("h", "1795000000000-00000001-b", 1795000000000, obj)
