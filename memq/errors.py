@@ -23,6 +23,7 @@ __all__ = [
     "ConfigError",
     "ConnectionLostError",
     "CoordinationError",
+    "CorruptObjectError",
     "DevStackError",
     "FrameTooLargeError",
     "InvalidRequestError",
@@ -122,6 +123,17 @@ class CompressionError(MemqFormatError):
 
 class MalformedError(MemqFormatError):
     """Structurally invalid content: bad field values, inconsistent lengths, wrong types."""
+
+
+class CorruptObjectError(MemqFormatError):
+    """A stored batch object that fails its checks (checksum, size, a block's CRC).
+
+    ``key`` names the object; its notification (if any) disagreed with its bytes.
+    """
+
+    def __init__(self, message: str, *, key: str = "", body: bytes = b"") -> None:
+        super().__init__(message, body=body)
+        self.key = key
 
 
 class FrameTooLargeError(MemqFormatError):

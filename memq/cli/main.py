@@ -11,6 +11,7 @@ from rich.console import Console
 from memq import __version__
 from memq.cli import backfill as backfill_cmd
 from memq.cli import broker as broker_cmd
+from memq.cli import consume as consume_cmd
 from memq.cli import demo as demo_cmd
 from memq.cli import dev as dev_cmd
 from memq.cli import produce as produce_cmd
@@ -31,6 +32,9 @@ app.add_typer(dev_cmd.app, name="dev")
 app.command("demo")(demo_cmd.demo)
 app.command("broker")(broker_cmd.broker)
 app.command("produce")(produce_cmd.produce)
+app.command("consume")(consume_cmd.consume)
+app.command("cat")(consume_cmd.cat)
+app.command("peek")(consume_cmd.peek)
 app.command("backfill")(backfill_cmd.backfill)
 
 

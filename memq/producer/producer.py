@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from memq.client.bootstrap import resolve_bootstrap
 from memq.errors import ClientClosedError, MemqError, MessageTooLargeError
 from memq.formats.block import BLOCK_HEADER_SIZE, Header
 from memq.producer.accumulator import OpenBlock, SealedBlock, record_size
@@ -58,22 +59,6 @@ def _headers(h: Mapping[str, Any] | Iterable[tuple[str, Any]] | None) -> tuple[H
     return tuple(out)
 
 
-def dev_stack_bootstrap() -> list[str]:
-    """Broker addresses of the running local stack, or a clear error."""
-    from memq.devstack import DevStack
-
-    stack = DevStack()
-    state = stack.load()
-    brokers = state.extra.get("brokers", []) if state else []
-    addrs = [b["endpoint"] for b in brokers if b.get("endpoint")]
-    if not addrs:
-        raise MemqError(
-            "no bootstrap.servers given and no local stack with brokers under "
-            f"{stack.state_dir}: run `memq dev up` or set bootstrap.servers"
-        )
-    return addrs
-
-
 class Producer:
     """Send records to MemQ topics.
 
@@ -93,7 +78,7 @@ class Producer:
         else:
             cfg = ProducerConfig.from_mapping(config, **kwargs)
         self.config = cfg
-        bootstrap = cfg.bootstrap_list() or dev_stack_bootstrap()
+        bootstrap = resolve_bootstrap(cfg.bootstrap_list())
         self.producer_id = (
             cfg.producer_id if cfg.producer_id is not None else random.getrandbits(63)
         )

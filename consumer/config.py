@@ -1,0 +1,55 @@
+"""Consumer configuration (Kafka-style keys accepted)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from memq.config import ClientConfig
+
+__all__ = ["ConsumerConfig"]
+
+MiB = 1024 * 1024
+
+
+class ConsumerConfig(ClientConfig):
+    """Settings of ``memq.Consumer``: the names and meanings Kafka users know."""
+
+    #: MemQ brokers (host:port,...), asked once for the topic's notification topic and storage.
+    #: None: the local stack under MEMQ_STATE_DIR / .memq.
+    bootstrap_servers: str | None = Field(default=None, alias="bootstrap.servers")
+    #: Consumer group: a Kafka consumer group on the notification topic.
+    group_id: str = Field(alias="group.id", min_length=1)
+    #: Where a group without a committed offset starts: earliest or latest.
+    auto_offset_reset: Literal["earliest", "latest"] = Field(
+        default="latest", alias="auto.offset.reset"
+    )
+    #: Commit, during poll(), the objects already fully handed to the application.
+    enable_auto_commit: bool = Field(default=True, alias="enable.auto.commit")
+    auto_commit_interval_ms: int = Field(default=5000, ge=100, alias="auto.commit.interval.ms")
+    #: Kafka group session timeout (a dead member is noticed after this long).
+    session_timeout_ms: int = Field(default=45_000, ge=1000, alias="session.timeout.ms")
+    heartbeat_interval_ms: int = Field(default=3000, ge=100, alias="heartbeat.interval.ms")
+    #: Objects fetched ahead of the application (concurrently).
+    prefetch_objects: int = Field(default=8, ge=1, le=1024, alias="prefetch.objects")
+    #: Bound on the bytes of objects fetched ahead (their decoded records are held too).
+    prefetch_bytes: int = Field(default=256 * MiB, ge=MiB, alias="prefetch.bytes")
+    #: Parallel GETs (threads) fetching objects.
+    fetch_concurrency: int = Field(default=4, ge=1, le=256, alias="fetch.concurrency")
+    #: What to do with a missing (deleted) or corrupt object: fail (raise) or skip (log, count).
+    corrupt_object_policy: Literal["fail", "skip"] = Field(
+        default="fail", alias="corrupt.object.policy"
+    )
+    #: Use this Kafka for notifications instead of the one the brokers advertise.
+    notification_bootstrap_servers: str | None = Field(
+        default=None, alias="notification.bootstrap.servers"
+    )
+    #: Override storage settings the brokers advertise (e.g. endpoint_url, region, root).
+    storage: dict[str, Any] = {}
+    #: Extra librdkafka settings for the notification consumer (security.protocol, sasl.*).
+    kafka: dict[str, str | int | float | bool] = {}
+    metadata_timeout_ms: int = Field(default=10_000, ge=100, alias="metadata.timeout.ms")
+
+    def bootstrap_list(self) -> list[str]:
+        return [s.strip() for s in (self.bootstrap_servers or "").split(",") if s.strip()]

@@ -1,0 +1,212 @@
+"""The Kafka side of a consumer: group membership, notification polling, commits, probes.
+
+Notifications are small JSON records on the topic's notification topic; its partitions
+are the topic's read partitions, and the consumer group is a Kafka consumer group on
+it. Offsets are committed explicitly, and only for objects fully handed to the
+application. A separate, group-less probe consumer reads single notifications by
+offset: for true end offsets (some Kafka-protocol brokers under-report the high
+watermark) and for seek-to-time by binary search when ``offsets_for_times`` is not
+answered sensibly.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from memq.errors import MemqError, MemqFormatError, NotificationError
+from memq.formats.notification import Notification, decode_notification
+
+__all__ = ["NotificationProbe", "NotificationSource", "Polled"]
+
+log = logging.getLogger(__name__)
+
+PartitionsCallback = Callable[[list[tuple[str, int]]], None]
+#: Called on assignment; may return start offsets for some of the partitions.
+AssignCallback = Callable[[list[tuple[str, int]]], dict[tuple[str, int], int] | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Polled:
+    topic: str  # notification topic
+    partition: int
+    offset: int
+    notification: Notification | None  # None when the record did not decode
+    error: MemqFormatError | None = None
+
+
+def _kafka_error(what: str, e: BaseException) -> NotificationError:
+    return NotificationError(f"{what}: {e}")
+
+
+class NotificationSource:
+    """A Kafka consumer in the group, over one or more notification topics."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        from confluent_kafka import Consumer
+
+        self._conf = config
+        try:
+            self.kafka = Consumer(config, logger=log)
+        except Exception as e:
+            raise MemqError(f"invalid notification consumer settings: {e}") from e
+        self.paused = False
+
+    def subscribe(
+        self, topics: list[str], on_assign: AssignCallback, on_revoke: PartitionsCallback
+    ) -> None:
+        def assigned(c: Any, parts: list[Any]) -> None:
+            offsets = on_assign([(p.topic, p.partition) for p in parts])
+            if offsets:
+                for p in parts:
+                    if (p.topic, p.partition) in offsets:
+                        p.offset = offsets[(p.topic, p.partition)]
+                c.assign(parts)  # start where asked instead of the committed offsets
+
+        def revoked(_c: Any, parts: list[Any]) -> None:
+            on_revoke([(p.topic, p.partition) for p in parts])
+
+        self.kafka.subscribe(topics, on_assign=assigned, on_revoke=revoked, on_lost=revoked)
+
+    def poll(self, max_records: int, timeout: float) -> list[Polled]:
+        try:
+            msgs = self.kafka.consume(num_messages=max_records, timeout=timeout)
+        except Exception as e:
+            raise _kafka_error("polling notifications failed", e) from e
+        out: list[Polled] = []
+        for m in msgs:
+            err = m.error()
+            if err is not None:
+                if err.code() == -191:  # _PARTITION_EOF: informational
+                    continue
+                if err.fatal():
+                    raise NotificationError(f"notification consumer failed: {err.str()}")
+                log.warning("notification consumer: %s", err.str())
+                continue
+            topic, part, off = str(m.topic()), int(m.partition() or 0), int(m.offset() or 0)
+            try:
+                out.append(Polled(topic, part, off, decode_notification(m.value() or b"")))
+            except MemqFormatError as e:
+                out.append(Polled(topic, part, off, None, e))
+        return out
+
+    def _tps(self, offsets: dict[tuple[str, int], int]) -> list[Any]:
+        from confluent_kafka import TopicPartition
+
+        return [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
+
+    def commit(self, offsets: dict[tuple[str, int], int], *, asynchronous: bool) -> None:
+        if not offsets:
+            return
+        try:
+            if asynchronous:
+                self.kafka.commit(offsets=self._tps(offsets), asynchronous=True)
+            else:
+                self.kafka.commit(offsets=self._tps(offsets), asynchronous=False)
+        except Exception as e:
+            raise _kafka_error("committing notification offsets failed", e) from e
+
+    def committed(
+        self, parts: list[tuple[str, int]], timeout: float
+    ) -> dict[tuple[str, int], int | None]:
+        try:
+            res = self.kafka.committed(self._tps(dict.fromkeys(parts, -1001)), timeout=timeout)
+        except Exception as e:
+            raise _kafka_error("reading committed offsets failed", e) from e
+        return {(r.topic, r.partition): (r.offset if r.offset >= 0 else None) for r in res}
+
+    def assignment(self) -> list[tuple[str, int]]:
+        return [(p.topic, p.partition) for p in self.kafka.assignment()]
+
+    def seek(self, topic: str, partition: int, offset: int) -> None:
+        from confluent_kafka import TopicPartition
+
+        self.kafka.seek(TopicPartition(topic, partition, offset))
+
+    def pause(self) -> None:
+        if not self.paused:
+            self.kafka.pause(self.kafka.assignment())
+            self.paused = True
+
+    def resume(self) -> None:
+        if self.paused:
+            self.kafka.resume(self.kafka.assignment())
+            self.paused = False
+
+    def close(self) -> None:
+        try:
+            self.kafka.close()
+        except Exception as e:  # closing twice or after a fatal error
+            log.debug("closing the notification consumer: %s", e)
+
+
+class NotificationProbe:
+    """Reads single notifications by offset, outside the group (no commits, no rebalances)."""
+
+    def __init__(self, config: dict[str, Any], timeout: float = 10.0) -> None:
+        from confluent_kafka import Consumer
+
+        conf = {k: v for k, v in config.items() if not k.startswith(("group.", "enable.auto"))}
+        self.kafka = Consumer(
+            {
+                **conf,
+                "group.id": "memq-probe",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+            },
+            logger=log,
+        )
+        self.timeout = timeout
+
+    def read(self, topic: str, partition: int, offset: int) -> Notification | None:
+        """The notification at ``offset``, or None past the end of the partition."""
+        from confluent_kafka import TopicPartition
+
+        self.kafka.assign([TopicPartition(topic, partition, offset)])
+        deadline = time.monotonic() + self.timeout
+        while time.monotonic() < deadline:
+            m = self.kafka.poll(0.5)
+            if m is None:
+                continue
+            err = m.error()
+            if err is not None:
+                if err.code() == -191:  # end of partition
+                    return None
+                raise NotificationError(
+                    f"reading notification {topic}[{partition}]@{offset}: {err.str()}"
+                )
+            return decode_notification(m.value() or b"")
+        raise NotificationError(f"reading notification {topic}[{partition}]@{offset} timed out")
+
+    def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
+        """(low, high) offsets; the high one verified by reading past it.
+
+        Some Kafka-protocol brokers report a high watermark short by a batch; reading
+        forward from it until the end finds the true one.
+        """
+        from confluent_kafka import TopicPartition
+
+        low, high = self.kafka.get_watermark_offsets(
+            TopicPartition(topic, partition), timeout=self.timeout, cached=False
+        )
+        while self.read(topic, partition, high) is not None:
+            high += 1
+        return int(low), int(high)
+
+    def offsets_for_time(self, topic: str, partition: int, ts: int, timeout: float) -> int | None:
+        from confluent_kafka import TopicPartition
+
+        try:
+            (res,) = self.kafka.offsets_for_times(
+                [TopicPartition(topic, partition, ts)], timeout=timeout
+            )
+        except Exception as e:
+            log.info("offsets_for_times not answered (%s): binary search instead", e)
+            return None
+        return int(res.offset) if res.offset >= 0 else None
+
+    def close(self) -> None:
+        self.kafka.close()

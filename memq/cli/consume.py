@@ -1,0 +1,312 @@
+"""``memq consume``, ``memq cat`` and ``memq peek``: read records and inspect batches."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from memq.cli.options import STATE_DIR
+from memq.errors import MemqError
+
+err = Console(stderr=True, soft_wrap=True)
+
+BOOTSTRAP = typer.Option(
+    None,
+    "--bootstrap-servers",
+    "-b",
+    envvar="MEMQ_BOOTSTRAP",
+    help="Brokers host:port,... (default: the local stack).",
+)
+
+
+def parse_time(text: str) -> int:
+    """ISO-8601 (a naive time is UTC) or epoch milliseconds -> epoch ms."""
+    if text.strip().lstrip("-").isdigit():
+        return int(text)
+    try:
+        t = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise typer.BadParameter(
+            f"{text!r} is not ISO-8601 (e.g. 2026-11-22T05:00:00Z) or epoch ms"
+        ) from None
+    if t.tzinfo is None:
+        from datetime import UTC
+
+        t = t.replace(tzinfo=UTC)
+    return int(t.timestamp() * 1000)
+
+
+def _use_state_dir(state_dir: Path | None) -> None:
+    if state_dir is not None:
+        os.environ["MEMQ_STATE_DIR"] = str(state_dir)
+
+
+def consume(
+    topic: str = typer.Option(..., "--topic", "-t", help="Topic to read."),
+    group: str = typer.Option(
+        "memq-cli",
+        "--group",
+        "-g",
+        help="Consumer group (a Kafka group on the notification topic).",
+    ),
+    from_beginning: bool = typer.Option(
+        False, help="Start at the oldest object of every partition."
+    ),
+    from_time: str | None = typer.Option(
+        None, help="Start at the first record at/after this time (ISO-8601 or epoch ms)."
+    ),
+    max_records: int | None = typer.Option(None, "--max", help="Stop after this many records."),
+    fmt: str = typer.Option(
+        "raw", "--format", help="raw (values, one per line) or json (one object per line)."
+    ),
+    no_commit: bool = typer.Option(False, "--no-commit", help="Do not commit offsets."),
+    timeout: float = typer.Option(
+        10.0, help="Stop after this many seconds without a record, once joined (0: never)."
+    ),
+    join_timeout: float = typer.Option(
+        120.0, help="Give up if the group assigns no partition in this time."
+    ),
+    props: list[str] = typer.Option(
+        [],
+        "--property",
+        "-X",
+        help="Consumer setting KEY=VALUE, e.g. -X session.timeout.ms=6000 (repeatable).",
+    ),
+    bootstrap: str | None = BOOTSTRAP,
+    state_dir: Path | None = STATE_DIR,
+) -> None:
+    """Print records of a topic. raw: each value on its own line; json: one object per line
+    with id (partition:offset:block:record), key, value (UTF-8 text, else null with
+    key_b64/value_b64), headers, timestamp. Progress on stderr; a summary at the end."""
+    from memq import Consumer
+    from memq.jsonlines import record_json
+
+    if fmt not in ("raw", "json"):
+        raise typer.BadParameter("--format must be raw or json")
+    _use_state_dir(state_dir)
+    conf: dict[str, Any] = {
+        "group.id": group,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": not no_commit,
+    }
+    if bootstrap:
+        conf["bootstrap.servers"] = bootstrap
+    for prop in props:
+        k, sep, v = prop.partition("=")
+        if not sep:
+            raise typer.BadParameter(f"-X {prop!r}: use KEY=VALUE")
+        conf[k.strip()] = v.strip()
+    c = Consumer(conf)
+    c.subscribe(topic)
+    if from_beginning:
+        c.seek_to_beginning()
+    elif from_time is not None:
+        c.seek_to_time(parse_time(from_time))
+    out = sys.stdout
+    n = nbytes = 0
+    t0 = time.monotonic()
+    last: float | None = None  # the idle clock starts once the group assigned partitions
+    tty = err.is_terminal
+    try:
+        while max_records is None or n < max_records:
+            batch = c.consume(min(500, (max_records or 500) - n) if max_records else 500, 1.0)
+            if not batch:
+                now = time.monotonic()
+                if last is None and c.assignment():
+                    last = now
+                if last is None and now - t0 > join_timeout:
+                    raise MemqError(
+                        f"group {group!r} assigned no partition of {topic!r} within "
+                        f"{join_timeout:.0f} s: is Kafka reachable, is the group stuck?"
+                    )
+                if last is not None and timeout and now - last > timeout:
+                    break
+                continue
+            last = time.monotonic()
+            for m in batch:
+                if fmt == "json":
+                    out.write(record_json(str(m.id), m.key, m.value, m.headers, m.timestamp) + "\n")
+                else:
+                    out.buffer.write(m.value + b"\n")
+                nbytes += len(m.value)
+            n += len(batch)
+            if tty:
+                err.print(f"\r{n:,} records, {n / (time.monotonic() - t0):,.0f}/s", end="")
+        out.flush()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if not no_commit:
+            c.commit()
+        elapsed = time.monotonic() - t0
+        stats = c.stats
+        c.close()
+    if tty:
+        err.print()
+    t = Table(title=f"memq consume {topic} (group {group})", show_header=False)
+    t.add_row("records", f"{n:,}")
+    t.add_row("bytes", f"{nbytes / 1e6:,.2f} MB of values")
+    t.add_row("objects", f"{stats.objects:,} ({stats.bytes / 1e6:,.2f} MB fetched)")
+    t.add_row("time", f"{elapsed:.1f} s, {n / elapsed if elapsed else 0:,.0f} records/s")
+    if stats.skipped_missing or stats.skipped_corrupt:
+        t.add_row("skipped", f"{stats.skipped_missing} missing, {stats.skipped_corrupt} corrupt")
+    t.add_row("committed", "no (--no-commit)" if no_commit else "yes")
+    err.print(t)
+
+
+def _reader_for(uri: str, endpoint: str | None, region: str | None) -> tuple[Any, str, str]:
+    from storage_handlers.registry import make_reader
+
+    if uri.startswith("s3://"):
+        bucket, _, key = uri[5:].partition("/")
+        reader = make_reader(
+            {"type": "s3", "bucket": bucket, "endpoint_url": endpoint, "region": region}
+        )
+        return reader, bucket, key
+    path = Path(uri).absolute()
+    return make_reader({"type": "filesystem", "root": "/"}), "/", str(path).lstrip("/")
+
+
+def cat(
+    uri: str = typer.Argument(..., help="s3://bucket/key or a local file path."),
+    records: int = typer.Option(0, help="Also print the first N records (json lines)."),
+    endpoint_url: str | None = typer.Option(
+        None, envvar="MEMQ_S3_ENDPOINT", help="S3 endpoint (default: AWS, or the local stack's)."
+    ),
+    region: str | None = typer.Option(None, help="S3 region."),
+    state_dir: Path | None = STATE_DIR,
+) -> None:
+    """Inspect one batch object without consuming anything: header, blocks (offset, size,
+    records, producer id/epoch/sequence, timestamps, CRC status)."""
+    from memq.errors import MemqFormatError
+    from memq.formats import decode_batch_header, decode_records, verify_batch_block
+    from memq.formats.keys import parse_object_key
+    from memq.jsonlines import iso_ms, record_json
+
+    if uri.startswith("s3://") and endpoint_url is None:
+        from memq.devstack import DevStack
+
+        state = DevStack(state_dir).load()
+        if state is not None:
+            endpoint_url, region = state.s3_endpoint, region or "us-east-1"
+            os.environ.update({k: v for k, v in state.aws_env().items() if not os.environ.get(k)})
+    reader, bucket, key = _reader_for(uri, endpoint_url, region)
+    data = reader.read(bucket, key)
+    header = decode_batch_header(data)
+    try:
+        where = parse_object_key(key)
+        err.print(f"topic {where.topic} (cluster {where.cluster}), batch {where.batch_id}")
+    except MemqFormatError:
+        pass
+    err.print(
+        f"{uri}: {len(data):,} bytes, format v{header.version}, {header.block_count} blocks, "
+        f"{header.record_count:,} records, header CRC {header.crc:#010x}, "
+        f"{iso_ms(header.min_timestamp)} .. {iso_ms(header.max_timestamp)}"
+    )
+    t = Table()
+    for col in ("block", "offset", "bytes", "records", "producer", "epoch", "seq", "codec", "CRC"):
+        t.add_column(col, justify="right")
+    printed = 0
+    bad = 0
+    for i, e in enumerate(header.entries):
+        block = memoryview(data)[e.offset : e.offset + e.length]
+        try:
+            bh = verify_batch_block(block, e, index=i)
+            status = "[green]ok[/green]"
+        except MemqFormatError as ex:
+            bad += 1
+            t.add_row(
+                str(i),
+                str(e.offset),
+                str(e.length),
+                str(e.record_count),
+                "",
+                "",
+                "",
+                "",
+                f"[red]{ex}[/red]",
+            )
+            continue
+        t.add_row(
+            str(i),
+            str(e.offset),
+            str(e.length),
+            str(bh.record_count),
+            f"{bh.producer_id:#x}",
+            str(bh.epoch),
+            str(bh.sequence),
+            bh.compression.name.lower(),
+            status,
+        )
+        if printed < records:
+            for ri, (ts, k, v, h) in enumerate(decode_records(block, bh)):
+                if printed >= records:
+                    break
+                sys.stdout.write(record_json(f"{i}:{ri}", k, v, h, ts) + "\n")
+                printed += 1
+    err.print(t)
+    if len(data) != header.object_size:
+        err.print(
+            f"[red]object is {len(data)} bytes but its header says {header.object_size}[/red]"
+        )
+        bad += 1
+    if bad:
+        raise typer.Exit(1)
+
+
+def peek(
+    topic: str = typer.Option(..., "--topic", "-t", help="Topic to inspect."),
+    last: int = typer.Option(5, help="How many of the newest objects per partition."),
+    bootstrap: str | None = BOOTSTRAP,
+    state_dir: Path | None = STATE_DIR,
+) -> None:
+    """Show a topic's newest batches (from their notifications) without joining a group or
+    committing: partition, offset, object key, size, blocks, records, time range, broker."""
+    from consumer.notifications import NotificationProbe
+    from memq.client.bootstrap import fetch_metadata, resolve_bootstrap
+    from memq.jsonlines import iso_ms
+
+    _use_state_dir(state_dir)
+    boot = resolve_bootstrap([b.strip() for b in (bootstrap or "").split(",") if b.strip()])
+    meta = fetch_metadata(boot, [topic])
+    tm = meta.topics.get(topic)
+    if tm is None or tm.error:
+        err.print(f"[red]topic {topic!r}: {tm.error if tm else 'unknown'}[/red]")
+        raise typer.Exit(1)
+    nt = tm.notification["topic"]
+    probe = NotificationProbe({"bootstrap.servers": tm.notification["bootstrap_servers"]})
+    t = Table(title=f"{topic}: newest {last} objects per partition ({nt})")
+    for col in ("partition", "offset", "key", "bytes", "blocks", "records", "from", "to", "broker"):
+        t.add_column(col)
+    try:
+        for p in range(int(tm.notification["partitions"])):
+            low, high = probe.watermarks(nt, p)
+            for off in range(max(low, high - last), high):
+                n = probe.read(nt, p, off)
+                if n is None:
+                    continue
+                t.add_row(
+                    str(p),
+                    str(off),
+                    n.key,
+                    f"{n.size:,}",
+                    str(n.block_count),
+                    f"{n.record_count:,}",
+                    iso_ms(n.min_timestamp),
+                    iso_ms(n.max_timestamp),
+                    n.broker,
+                )
+    finally:
+        probe.close()
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=250)  # piped: do not crop the table
+    console.print(t)

@@ -1,0 +1,275 @@
+"""memq.Consumer against real servers: groups, commits, seeks, bad objects (issue 4)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memq import Consumer, Producer
+from memq.broker import BrokerThread
+from memq.devstack import StackState
+from memq.devstack.procs import wait_for
+from memq.errors import CorruptObjectError, ObjectNotFoundError
+from memq.testing import broker_config
+
+GROUP = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000, "auto.offset.reset": "earliest"}
+
+
+@pytest.fixture
+def topic(unique_name: Any) -> str:
+    """A topic (hence a notification topic) of this test only: Kafka is shared."""
+    return str(unique_name("c"))
+
+
+@pytest.fixture
+def broker(memq_stack: StackState, s3_bucket: str, topic: str) -> Iterator[BrokerThread]:
+    cfg = broker_config(
+        memq_stack,
+        bucket=s3_bucket,
+        topics=[topic],
+        batch_bytes=256 * 1024,
+        batch_ms=100,
+        partitions=4,
+    )
+    with BrokerThread(cfg) as b:
+        yield b
+
+
+def produce(
+    address: str, topic: str, values: list[bytes], timestamps: list[int] | None = None
+) -> None:
+    with Producer({"bootstrap.servers": address, "linger.ms": 5, "batch.size": 32 * 1024}) as p:
+        for i, v in enumerate(values):
+            p.produce(topic, v, timestamp=None if timestamps is None else timestamps[i])
+        assert p.flush(60) == 0
+
+
+def consumer(address: str, topic: str, group: str, **extra: Any) -> Consumer:
+    c = Consumer({"bootstrap.servers": address, "group.id": group, **GROUP, **extra})
+    c.subscribe(topic)
+    return c
+
+
+def drain(c: Consumer, n: int, timeout: float = 60) -> list[Any]:
+    out: list[Any] = []
+    deadline = time.monotonic() + timeout
+    while len(out) < n and time.monotonic() < deadline:
+        out.extend(c.consume(1000, 1.0))
+    return out
+
+
+def test_100k_records_exactly_once_in_object_order_and_fan_out(
+    broker: BrokerThread, topic: str
+) -> None:
+    values = [b"rec-%06d-" % i + bytes(i % 50) for i in range(100_000)]
+    produce(broker.address, topic, values)
+    for group in ("a", "b"):  # two groups each get every record
+        with consumer(broker.address, topic, group) as c:
+            got = drain(c, len(values))
+            assert Counter(m.value for m in got) == Counter(values)  # exactly once, byte-exact
+            extra = c.consume(100, 2.0)
+            assert extra == []
+            by_object: dict[str, list[tuple[int, int]]] = defaultdict(list)
+            for m in got:
+                by_object[m.object_key].append((m.block, m.record))
+            for positions in by_object.values():
+                assert positions == sorted(positions)  # records in object order
+            c.commit()
+
+
+def test_two_members_split_partitions_and_the_survivor_takes_over(
+    broker: BrokerThread, topic: str, tmp_path: Path
+) -> None:
+    # ~30 objects of 256 KiB: notifications spread over all 4 partitions.
+    values = [b"fo-%06d-" % i + os.urandom(1000) for i in range(8000)]
+    produce(broker.address, topic, values)
+    worker = Path(__file__).parent / "consumer_worker.py"
+    outs = [tmp_path / "m1.jsonl", tmp_path / "m2.jsonl"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(worker), broker.address, topic, "fo", str(o), "0.002"],
+            env=env,
+            stderr=subprocess.DEVNULL,
+        )
+        for o in outs
+    ]
+
+    def events(path: Path) -> list[dict[str, Any]]:
+        # Complete lines only: the worker may be writing the last one right now.
+        lines = path.read_text().split("\n")[:-1] if path.exists() else []
+        return [json.loads(x) for x in lines]
+
+    def latest_assignment(path: Path) -> set[int]:
+        a = [e["assigned"] for e in events(path) if "assigned" in e]
+        return {p for _, p in a[-1]} if a else set()
+
+    try:
+        # Both members joined and split the 4 partitions between them.
+        wait_for(
+            lambda: (
+                True
+                if latest_assignment(outs[0])
+                and latest_assignment(outs[1])
+                and latest_assignment(outs[0]) | latest_assignment(outs[1]) == {0, 1, 2, 3}
+                else None
+            ),
+            timeout=60,
+            what="both members assigned",
+        )
+        assert not latest_assignment(outs[0]) & latest_assignment(outs[1])
+        wait_for(
+            lambda: True if sum("v" in e for e in events(outs[0])) > 100 else None,
+            timeout=60,
+            what="member 1 consuming",
+        )
+        procs[0].send_signal(signal.SIGKILL)  # dies mid-stream, without a goodbye
+        procs[0].wait(10)
+
+        def delivered() -> set[bytes]:
+            return {bytes.fromhex(e["v"]) for o in outs for e in events(o) if "v" in e}
+
+        wait_for(
+            lambda: True if delivered() >= set(values) else None,
+            timeout=120,
+            what="every record delivered by the survivor",
+        )
+        assert latest_assignment(outs[1]) == {0, 1, 2, 3}  # the survivor took every partition
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
+
+
+def test_commit_then_restart_resumes_after_the_last_committed_object(
+    broker: BrokerThread, topic: str
+) -> None:
+    values = [b"cr-%05d" % i for i in range(20_000)]
+    produce(broker.address, topic, values)
+    c = consumer(
+        broker.address, topic, "cr", **{"enable.auto.commit": False, "prefetch.objects": 1}
+    )
+    first = drain(c, 3000)
+    # Finish the object in progress so commits cover whole objects only.
+    last = first[-1]
+    while True:
+        nxt = c.consume(1, 2.0)
+        if not nxt or (nxt[0].partition, nxt[0].offset) != (last.partition, last.offset):
+            break  # a record of the next object: handed out, but its object is not done
+        first.extend(nxt)
+    committed = c.commit()
+    c.close()
+    done_objects = {(m.partition, m.offset) for m in first}
+    assert committed and all(
+        off > max(o for p, o in done_objects if p == part)
+        for (_, part), off in committed.items()
+        if any(p == part for p, _ in done_objects)
+    )
+    c2 = consumer(broker.address, topic, "cr")
+    rest = drain(c2, len(values) - len(first))
+    c2.close()
+    # Nothing of a committed object comes back; everything else does.
+    assert not {m.value for m in rest} & {m.value for m in first}
+    assert {m.value for m in rest} | {m.value for m in first} == set(values)
+    assert all((m.partition, m.offset) not in done_objects for m in rest)
+
+
+def test_seek_to_time_lands_on_the_first_record_at_or_after_ts(
+    broker: BrokerThread, topic: str
+) -> None:
+    base = 1_790_000_000_000
+    values = [b"t-%05d" % i for i in range(12_000)]
+    stamps = [base + i * 10 for i in range(len(values))]
+    for chunk in range(4):  # separate objects per chunk: flushes between them
+        lo, hi = chunk * 3000, (chunk + 1) * 3000
+        produce(broker.address, topic, values[lo:hi], stamps[lo:hi])
+    cut = base + 7_777 * 10 + 5  # inside an object, between two records
+    c = consumer(broker.address, topic, "time", **{"enable.auto.commit": False})
+    c.seek_to_time(cut)
+    got = drain(c, len([s for s in stamps if s >= cut]))
+    assert c.consume(10, 2.0) == []
+    c.close()
+    assert {m.value for m in got} == {v for v, s in zip(values, stamps, strict=True) if s >= cut}
+    assert min(m.timestamp for m in got) == base + 7_778 * 10
+
+
+def test_seek_to_message_id_rereads_from_that_record(broker: BrokerThread, topic: str) -> None:
+    values = [b"id-%05d" % i for i in range(8000)]
+    produce(broker.address, topic, values)
+    c = consumer(broker.address, topic, "seek", **{"enable.auto.commit": False})
+    got = drain(c, len(values))
+    target = next(m for m in got if m.block > 0 and m.record > 3)
+    same_object = [m for m in got if (m.partition, m.offset) == (target.partition, target.offset)]
+    expected = [
+        m.value for m in same_object if (m.block, m.record) >= (target.block, target.record)
+    ]
+    c.seek(str(target.id))
+    again = drain(c, len(expected))
+    c.close()
+    assert [m.value for m in again[: len(expected)]] == expected
+    assert again[0].id == target.id
+
+
+def test_deleted_and_corrupted_objects(
+    broker: BrokerThread, topic: str, memq_stack: StackState, s3_bucket: str
+) -> None:
+    batches = [
+        [b"ok-%d" % i for i in range(200)],
+        [b"gone-%d" % i for i in range(200)],
+        [b"bad-%d" % i for i in range(200)],
+    ]
+    keys = []
+    with Producer({"bootstrap.servers": broker.address, "linger.ms": 1}) as p:
+        for vals in batches:
+            futs = [p.produce(topic, v, key=b"same-partition") for v in vals]
+            assert p.flush(30) == 0
+            keys.append(futs[0].result().key)
+    s3 = memq_stack.s3_client()
+    s3.delete_object(Bucket=s3_bucket, Key=keys[1])
+    obj = bytearray(s3.get_object(Bucket=s3_bucket, Key=keys[2])["Body"].read())
+    obj[-5] ^= 0xFF
+    s3.put_object(Bucket=s3_bucket, Key=keys[2], Body=bytes(obj))
+
+    c = consumer(broker.address, topic, "strict", **{"enable.auto.commit": False})
+    seen: list[bytes] = []
+    errors: list[type] = []
+    deadline = time.monotonic() + 60
+    while len(errors) < 1 and time.monotonic() < deadline:
+        try:
+            seen.extend(m.value for m in c.consume(100, 1.0))
+        except (ObjectNotFoundError, CorruptObjectError) as e:
+            errors.append(type(e))
+            assert keys[1] in str(e) or keys[2] in str(e)
+    c.close()
+    assert errors, "a missing object must raise, never pass silently"
+
+    skipped: list[tuple[str, str]] = []
+    c = Consumer(
+        {
+            "bootstrap.servers": broker.address,
+            "group.id": "lenient",
+            **GROUP,
+            "corrupt.object.policy": "skip",
+        },
+        on_skip=lambda n, e: skipped.append((n.key, type(e).__name__)),
+    )
+    c.subscribe(topic)
+    got = drain(c, 200, timeout=30)
+    assert c.consume(100, 3.0) == []
+    c.close()
+    assert sorted(m.value for m in got) == sorted(batches[0])
+    assert sorted(skipped) == sorted(
+        [(keys[1], "ObjectNotFoundError"), (keys[2], "CorruptObjectError")]
+    )
+    assert (c.stats.skipped_missing, c.stats.skipped_corrupt) == (1, 1)
