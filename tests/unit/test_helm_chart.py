@@ -1,0 +1,846 @@
+"""The Helm chart (helm/memq): lint, render with many value sets, validate every manifest
+strictly against the Kubernetes schemas, and check what the manifests say.
+
+The broker ConfigMap is loaded with the broker's own validator
+(``memq.config.load_broker_config``), with the environment the pod would really get.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any
+
+import helm_python
+import kubernetes_validate
+import pytest
+import yaml
+
+from memq.config import BrokerConfig, load_broker_config
+from tests.unit.helmkit import (
+    CHART,
+    NAMESPACE,
+    RELEASE,
+    REQUIRED,
+    SCHEMALESS_KINDS,
+    Release,
+    container_env,
+    deep_merge,
+    render,
+    resolve_env,
+    validate_strict,
+)
+
+FULLNAME = f"{RELEASE}-memq"
+HEADLESS = f"{FULLNAME}-headless"
+AUDITOR = f"{FULLNAME}-auditor"
+BOOTSTRAP = f"{FULLNAME}.{NAMESPACE}.svc.cluster.local:9092"
+BROKER_SELECTOR = {
+    "app.kubernetes.io/name": "memq",
+    "app.kubernetes.io/instance": RELEASE,
+    "app.kubernetes.io/component": "broker",
+}
+SECRET = {
+    "s3": {
+        "existingSecret": {
+            "name": "memq-s3-keys",
+            "accessKeyIdKey": "id",
+            "secretAccessKeyKey": "secret",
+        }
+    }
+}
+IRSA = {
+    "serviceAccount": {
+        "annotations": {"eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/memq"}
+    }
+}
+TOPICS = {
+    "topics": [
+        {
+            "name": "events",
+            "settings": {
+                "batch.ms": 500,
+                "batch.bytes": 16777216,
+                "expected_mbps": 20,
+                "notification.partitions": 16,
+            },
+        },
+        {"name": "logs.app_1"},
+        {
+            "name": "ml-training",
+            "settings": {"expected_mbps": 2.5, "storage.s3.hedge_after_ms": 2000},
+        },
+    ]
+}
+KITCHEN_SINK: dict[str, Any] = deep_merge(
+    deep_merge(SECRET, IRSA),
+    {
+        **TOPICS,
+        "fullnameOverride": "memq-prod",
+        "clusterName": "prod",
+        "image": {"repository": "registry.example.com/memq-py", "tag": "1.2.3"},
+        "imagePullSecrets": [{"name": "regcred"}],
+        "zookeeper": {"chroot": "/custom/prod", "sessionTimeoutMs": 10000},
+        "kafka": {"producer": {"security.protocol": "SASL_SSL", "linger.ms": 5}},
+        "s3": {
+            "region": "eu-west-1",
+            "endpointUrl": "https://minio.storage.svc:9000",
+            "useHashPrefix": False,
+            "existingSecret": {"sessionTokenKey": "token"},
+            "options": {"attempts": 8, "hedge_after_ms": 1500, "upload_checksum": False},
+        },
+        "topicDefaults": {
+            "batch": {"bytes": 4194304, "ms": 250},
+            "ring_size": 8,
+            "max_block_bytes": 1048576,
+            "notification": {"partitions": 32, "replication_factor": 3},
+        },
+        "broker": {
+            "replicas": 6,
+            "config": {"shutdown_timeout_s": 120.5, "upload_threads": 32},
+            "preStopSleepSeconds": 5,
+            "rackFromZoneLabel": True,
+            "antiAffinity": "hard",
+            "topologySpread": {"whenUnsatisfiable": "DoNotSchedule", "maxSkew": 2},
+            "extraTopologySpreadConstraints": [
+                {
+                    "maxSkew": 1,
+                    "topologyKey": "node.kubernetes.io/instance-type",
+                    "whenUnsatisfiable": "ScheduleAnyway",
+                    "labelSelector": {"matchLabels": {"app.kubernetes.io/component": "broker"}},
+                }
+            ],
+            "nodeSelector": {"workload": "streaming"},
+            "tolerations": [
+                {"key": "dedicated", "operator": "Equal", "value": "memq", "effect": "NoSchedule"}
+            ],
+            "priorityClassName": "high",
+            "podAnnotations": {"team": "data"},
+            "podLabels": {"cost-center": "42"},
+            "extraEnv": [
+                {"name": "MEMQ__MAX_CONNECTIONS", "value": "2048"},
+                {
+                    "name": "MEMQ__TOPIC_DEFAULTS__NOTIFICATION__PRODUCER__SASL.PASSWORD",
+                    "valueFrom": {"secretKeyRef": {"name": "kafka-sasl", "key": "password"}},
+                },
+            ],
+            "extraEnvFrom": [{"configMapRef": {"name": "memq-extra"}}],
+            "service": {"annotations": {"example.com/internal": "true"}},
+        },
+        "auditor": {
+            "persistence": {"enabled": False},
+            "bootstrapServers": "audit-kafka:9092",
+            "auditTopic": "memq.audit.prod",
+            "gracePeriodSeconds": 900,
+            "extraEnv": [{"name": "LOG_LEVEL", "value": "INFO"}],
+        },
+        "metrics": {"podAnnotations": False, "serviceMonitor": {"enabled": True}},
+    },
+)
+VALUE_SETS: dict[str, dict[str, Any]] = {
+    "defaults": {},
+    "auditor-off": {"auditor": {"enabled": False}},
+    "service-monitor": {
+        "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}}
+    },
+    "hpa": {"broker": {"autoscaling": {"enabled": True, "minReplicas": 3, "maxReplicas": 9}}},
+    "hard-anti-affinity": {"broker": {"antiAffinity": "hard"}},
+    "existing-s3-secret": SECRET,
+    "irsa": IRSA,
+    "topics": TOPICS,
+    "no-pdb-no-sa": {
+        "broker": {"podDisruptionBudget": {"enabled": False}},
+        "serviceAccount": {"create": False, "name": "shared"},
+    },
+    "kitchen-sink": KITCHEN_SINK,
+}
+
+
+@pytest.fixture(scope="module")
+def releases() -> dict[str, Release]:
+    return {key: render(values) for key, values in VALUE_SETS.items()}
+
+
+def broker_container(rel: Release) -> dict[str, Any]:
+    sts = rel.one("StatefulSet")
+    (container,) = sts["spec"]["template"]["spec"]["containers"]
+    return container
+
+
+def broker_config(rel: Release, env: dict[str, str] | None = None) -> BrokerConfig:
+    cm = next(c for c in rel.all("ConfigMap") if c["metadata"]["name"].endswith("-broker"))
+    data = yaml.safe_load(cm["data"]["broker.yaml"])
+    assert isinstance(data, dict)
+    return load_broker_config(data=data, env=env or {})
+
+
+def pod_specs(rel: Release) -> list[dict[str, Any]]:
+    return [
+        o["spec"]["template"]["spec"]
+        for o in rel.objects
+        if o["kind"] in {"StatefulSet", "Deployment", "Job"}
+    ]
+
+
+# --- lint and strict validation ----------------------------------------------------------
+
+
+def test_lint_passes_with_the_required_values():
+    report = helm_python.lint(CHART, REQUIRED, strict=True, namespace=NAMESPACE)
+    assert report["errors"] == []
+    assert [m for m in report["messages"] if m["severity"] >= 2] == []
+
+
+def test_lint_with_defaults_only_names_every_missing_required_value():
+    report = helm_python.lint(CHART)
+    text = "\n".join(report["errors"])
+    for path in ("/zookeeper/connect", "/kafka/bootstrapServers", "/s3/bucket"):
+        assert path in text
+
+
+@pytest.mark.parametrize("key", list(VALUE_SETS))
+def test_every_manifest_validates_strictly(releases, key):
+    rel = releases[key]
+    assert {"StatefulSet", "Service", "ConfigMap"} <= rel.kinds()
+    checked = 0
+    for obj in rel.objects:
+        assert obj["metadata"]["namespace"] == NAMESPACE
+        assert len(obj["metadata"]["name"]) <= 63
+        if obj["kind"] in SCHEMALESS_KINDS:
+            continue
+        validate_strict(obj)
+        checked += 1
+    assert checked == len([o for o in rel.objects if o["kind"] not in SCHEMALESS_KINDS])
+
+
+def test_strict_validation_catches_a_bad_manifest(releases):
+    # The validator really looks at fields: a typo'd field and a wrong type both fail.
+    sts = copy.deepcopy(releases["defaults"].one("StatefulSet"))
+    sts["spec"]["replicaz"] = 3
+    with pytest.raises(kubernetes_validate.ValidationError):
+        validate_strict(sts)
+    sts = copy.deepcopy(releases["defaults"].one("StatefulSet"))
+    sts["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = "90"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        validate_strict(sts)
+
+
+def test_no_secret_material_is_rendered(releases):
+    for rel in releases.values():
+        assert "Secret" not in rel.kinds()
+        for cm in rel.all("ConfigMap"):
+            text = yaml.safe_dump(cm["data"])
+            assert "AWS_" not in text
+            assert "password" not in text.lower()
+
+
+# --- what is rendered, per values ------------------------------------------------------------
+
+
+def test_kinds_present_by_default(releases):
+    rel = releases["defaults"]
+    assert rel.kinds() == {
+        "ServiceAccount",
+        "ConfigMap",
+        "Service",
+        "StatefulSet",
+        "PodDisruptionBudget",
+        "Deployment",
+        "PersistentVolumeClaim",
+    }
+    assert {s["metadata"]["name"] for s in rel.all("Service")} == {FULLNAME, HEADLESS, AUDITOR}
+    assert {c["metadata"]["name"] for c in rel.all("ConfigMap")} == {f"{FULLNAME}-broker", AUDITOR}
+
+
+def test_auditor_off_removes_every_auditor_object(releases):
+    rel = releases["auditor-off"]
+    assert "Deployment" not in rel.kinds()
+    assert "PersistentVolumeClaim" not in rel.kinds()
+    assert rel.find("Service", AUDITOR) is None
+    assert rel.find("ConfigMap", AUDITOR) is None
+    assert "port-forward" not in rel.notes
+
+
+def test_optional_objects_follow_their_switches(releases):
+    assert "ServiceMonitor" not in releases["defaults"].kinds()
+    assert "HorizontalPodAutoscaler" not in releases["defaults"].kinds()
+    assert "Job" not in releases["defaults"].kinds()
+    assert {m["metadata"]["name"] for m in releases["service-monitor"].all("ServiceMonitor")} == {
+        f"{FULLNAME}-broker",
+        AUDITOR,
+    }
+    assert releases["hpa"].one("HorizontalPodAutoscaler")
+    assert "PodDisruptionBudget" not in releases["no-pdb-no-sa"].kinds()
+    assert "ServiceAccount" not in releases["no-pdb-no-sa"].kinds()
+    assert releases["topics"].one("Job")
+
+
+def test_service_account_carries_irsa_annotations_and_every_pod_uses_it(releases):
+    rel = releases["irsa"]
+    sa = rel.one("ServiceAccount")
+    assert sa["metadata"]["annotations"] == {
+        "eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/memq"
+    }
+    assert sa["automountServiceAccountToken"] is False
+    assert "annotations" not in releases["defaults"].one("ServiceAccount")["metadata"]
+    for spec in pod_specs(rel):
+        assert spec["serviceAccountName"] == FULLNAME
+    for spec in pod_specs(releases["no-pdb-no-sa"]):
+        assert spec["serviceAccountName"] == "shared"
+
+
+# --- brokers -------------------------------------------------------------------------------
+
+
+def test_replica_counts(releases):
+    assert releases["defaults"].one("StatefulSet")["spec"]["replicas"] == 3
+    assert releases["kitchen-sink"].one("StatefulSet")["spec"]["replicas"] == 6
+    # With autoscaling the HPA owns the count: the StatefulSet must not reset it on upgrade.
+    rel = releases["hpa"]
+    assert "replicas" not in rel.one("StatefulSet")["spec"]
+    hpa = rel.one("HorizontalPodAutoscaler")
+    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (3, 9)
+    assert hpa["spec"]["scaleTargetRef"] == {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "name": FULLNAME,
+    }
+
+
+def test_services_headless_for_identity_client_for_bootstrap(releases):
+    rel = releases["defaults"]
+    sts = rel.one("StatefulSet")
+    headless = rel.one("Service", HEADLESS)
+    client = rel.one("Service", FULLNAME)
+    pod_labels = sts["spec"]["template"]["metadata"]["labels"]
+    assert sts["spec"]["serviceName"] == HEADLESS
+    assert headless["spec"]["clusterIP"] == "None"
+    assert headless["spec"]["publishNotReadyAddresses"] is True
+    assert client["spec"]["type"] == "ClusterIP"
+    assert "publishNotReadyAddresses" not in client["spec"]
+    assert {(p["name"], p["port"]) for p in headless["spec"]["ports"]} == {
+        ("broker", 9092),
+        ("http", 9093),
+    }
+    assert [(p["name"], p["port"]) for p in client["spec"]["ports"]] == [("broker", 9092)]
+    for svc in (headless, client):
+        assert svc["spec"]["selector"] == BROKER_SELECTOR
+        assert svc["spec"]["selector"].items() <= pod_labels.items()
+    assert sts["spec"]["selector"]["matchLabels"] == BROKER_SELECTOR
+    ports = {p["name"]: p["containerPort"] for p in broker_container(rel)["ports"]}
+    assert ports == {"broker": 9092, "http": 9093}
+
+
+def test_probes(releases):
+    c = broker_container(releases["defaults"])
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert c["startupProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    named = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert named[c["livenessProbe"]["httpGet"]["port"]] == 9093
+    # Liveness must not kill a draining broker: the readiness probe is the one that flips.
+    assert c["startupProbe"]["failureThreshold"] * c["startupProbe"]["periodSeconds"] >= 60
+
+
+def test_broker_command(releases):
+    c = broker_container(releases["defaults"])
+    assert c["command"] + c["args"] == ["memq", "broker", "--config", "/etc/memq/broker.yaml"]
+    mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+    assert mounts["/etc/memq"] == "config"
+    volumes = {
+        v["name"]: v
+        for v in releases["defaults"].one("StatefulSet")["spec"]["template"]["spec"]["volumes"]
+    }
+    assert volumes["config"]["configMap"]["name"] == f"{FULLNAME}-broker"
+    assert c["image"] == "memq-py:0.1.0"
+    assert (
+        broker_container(releases["kitchen-sink"])["image"] == "registry.example.com/memq-py:1.2.3"
+    )
+
+
+def test_broker_env_wiring(releases):
+    env = container_env(broker_container(releases["defaults"]))
+    assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert env["MEMQ__BROKER_ID"]["value"] == "$(POD_NAME)"
+    assert (
+        env["MEMQ__ADVERTISED_HOST"]["value"]
+        == f"$(POD_NAME).{HEADLESS}.{NAMESPACE}.svc.cluster.local"
+    )
+    names = list(env)
+    # $(VAR) only expands variables defined earlier in the list.
+    assert names.index("POD_NAME") < names.index("MEMQ__BROKER_ID")
+    assert names.index("POD_NAME") < names.index("MEMQ__ADVERTISED_HOST")
+    assert "MEMQ__RACK" not in env
+
+
+def test_aws_secret_refs_only_when_configured(releases):
+    for key in ("defaults", "irsa", "topics"):
+        env = container_env(broker_container(releases[key]))
+        assert not [n for n in env if n.startswith("AWS_")], key
+    env = container_env(broker_container(releases["existing-s3-secret"]))
+    assert env["AWS_ACCESS_KEY_ID"]["valueFrom"] == {
+        "secretKeyRef": {"name": "memq-s3-keys", "key": "id"}
+    }
+    assert env["AWS_SECRET_ACCESS_KEY"]["valueFrom"] == {
+        "secretKeyRef": {"name": "memq-s3-keys", "key": "secret"}
+    }
+    assert "AWS_SESSION_TOKEN" not in env
+    assert all("value" not in e for n, e in env.items() if n.startswith("AWS_"))
+    env = container_env(broker_container(releases["kitchen-sink"]))
+    assert env["AWS_SESSION_TOKEN"]["valueFrom"]["secretKeyRef"]["key"] == "token"
+
+
+def test_rack_extra_env_and_env_from(releases):
+    c = broker_container(releases["kitchen-sink"])
+    env = container_env(c)
+    assert env["MEMQ__RACK"]["valueFrom"]["fieldRef"]["fieldPath"] == (
+        "metadata.labels['topology.kubernetes.io/zone']"
+    )
+    assert env["MEMQ__MAX_CONNECTIONS"]["value"] == "2048"
+    sasl = env["MEMQ__TOPIC_DEFAULTS__NOTIFICATION__PRODUCER__SASL.PASSWORD"]
+    assert sasl["valueFrom"]["secretKeyRef"] == {"name": "kafka-sasl", "key": "password"}
+    assert c["envFrom"] == [{"configMapRef": {"name": "memq-extra"}}]
+
+
+def test_broker_configmap_is_a_valid_broker_config(releases):
+    cfg = broker_config(releases["defaults"])
+    assert cfg.cluster == "default"
+    assert (cfg.host, cfg.port, cfg.http_port) == ("0.0.0.0", 9092, 9093)
+    assert cfg.auto_create_topics is False
+    assert cfg.topics == []
+    assert cfg.zookeeper is not None
+    assert cfg.zookeeper.connect == REQUIRED["zookeeper"]["connect"]
+    assert cfg.zookeeper.chroot == "/memq/default"
+    assert cfg.zookeeper.session_timeout_ms == 6000
+    d = cfg.topic_defaults
+    assert d is not None
+    assert d.storage.type == "s3" and d.storage.s3 is not None
+    assert d.storage.s3.bucket == "acme-memq-prod"
+    assert d.storage.s3.region is None and d.storage.s3.endpoint_url is None
+    assert d.notification.bootstrap_servers == REQUIRED["kafka"]["bootstrapServers"]
+    assert (d.batch.max_bytes, d.batch.ms, d.notification.partitions) == (8388608, 1000, 8)
+    assert cfg.shutdown_timeout_s == 60
+
+
+def test_broker_config_with_the_pods_environment(releases):
+    """What broker 1 of the StatefulSet really loads: file + its resolved env overrides."""
+    rel = releases["kitchen-sink"]
+    pod = "memq-prod-1"
+    env = resolve_env(
+        broker_container(rel),
+        {
+            "metadata.name": pod,
+            "metadata.labels['topology.kubernetes.io/zone']": "eu-west-1b",
+        },
+    )
+    env.pop("LOG_LEVEL", None)
+    cfg = broker_config(rel, env)
+    assert cfg.broker_id == pod
+    assert cfg.advertised_host == f"{pod}.memq-prod-headless.{NAMESPACE}.svc.cluster.local"
+    assert cfg.advertised == cfg.advertised_host
+    assert cfg.rack == "eu-west-1b"
+    assert cfg.max_connections == 2048
+    assert cfg.cluster == "prod"
+    assert cfg.shutdown_timeout_s == 120.5 and cfg.upload_threads == 32
+    assert cfg.zookeeper is not None
+    assert (cfg.zookeeper.chroot, cfg.zookeeper.session_timeout_ms) == ("/custom/prod", 10000)
+    d = cfg.topic_defaults
+    assert d is not None and d.storage.s3 is not None
+    s3 = d.storage.s3
+    assert (s3.region, s3.endpoint_url) == ("eu-west-1", "https://minio.storage.svc:9000")
+    assert s3.use_hash_prefix is False
+    assert (s3.attempts, s3.hedge_after_ms, s3.upload_checksum) == (8, 1500, False)
+    assert (d.batch.max_bytes, d.batch.ms, d.batch.max_blocks) == (4194304, 250, 4096)
+    assert (d.ring_size, d.max_block_bytes) == (8, 1048576)
+    assert (d.notification.partitions, d.notification.replication_factor) == (32, 3)
+    assert d.notification.producer == {"security.protocol": "SASL_SSL", "linger.ms": 5}
+
+
+def test_config_change_rolls_the_brokers_and_nothing_else_does():
+    def checksum(values):
+        sts = render(values).one("StatefulSet")
+        return sts["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+
+    base = checksum({})
+    assert checksum({"broker": {"replicas": 5}}) == base
+    assert checksum({"topicDefaults": {"batch": {"ms": 200}}}) != base
+    assert checksum({"s3": {"bucket": "other-bucket"}}) != base
+
+
+def test_anti_affinity_soft_and_hard(releases):
+    soft = releases["defaults"].one("StatefulSet")["spec"]["template"]["spec"]["affinity"]
+    anti = soft["podAntiAffinity"]
+    assert "requiredDuringSchedulingIgnoredDuringExecution" not in anti
+    keys = {
+        t["podAffinityTerm"]["topologyKey"]: t["weight"]
+        for t in anti["preferredDuringSchedulingIgnoredDuringExecution"]
+    }
+    assert keys == {"kubernetes.io/hostname": 100, "topology.kubernetes.io/zone": 50}
+    for t in anti["preferredDuringSchedulingIgnoredDuringExecution"]:
+        assert t["podAffinityTerm"]["labelSelector"]["matchLabels"] == BROKER_SELECTOR
+
+    hard = releases["hard-anti-affinity"].one("StatefulSet")["spec"]["template"]["spec"]
+    anti = hard["affinity"]["podAntiAffinity"]
+    (required,) = anti["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert required["topologyKey"] == "kubernetes.io/hostname"
+    assert required["labelSelector"]["matchLabels"] == BROKER_SELECTOR
+    (zone,) = anti["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert zone["podAffinityTerm"]["topologyKey"] == "topology.kubernetes.io/zone"
+
+
+def test_affinity_override_replaces_the_generated_rules():
+    custom = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["memq"]}]}
+                ]
+            }
+        }
+    }
+    spec = render({"broker": {"affinity": custom}}).one("StatefulSet")["spec"]["template"]["spec"]
+    assert spec["affinity"] == custom
+
+
+def test_topology_spread(releases):
+    spec = releases["defaults"].one("StatefulSet")["spec"]["template"]["spec"]
+    spread = {c["topologyKey"]: c for c in spec["topologySpreadConstraints"]}
+    assert set(spread) == {"topology.kubernetes.io/zone", "kubernetes.io/hostname"}
+    for c in spread.values():
+        assert c["maxSkew"] == 1
+        assert c["whenUnsatisfiable"] == "ScheduleAnyway"
+        assert c["labelSelector"]["matchLabels"] == BROKER_SELECTOR
+    spec = releases["kitchen-sink"].one("StatefulSet")["spec"]["template"]["spec"]
+    zone, host, extra = spec["topologySpreadConstraints"]
+    assert (zone["topologyKey"], zone["whenUnsatisfiable"], zone["maxSkew"]) == (
+        "topology.kubernetes.io/zone",
+        "DoNotSchedule",
+        2,
+    )
+    assert host["topologyKey"] == "kubernetes.io/hostname"
+    assert extra["topologyKey"] == "node.kubernetes.io/instance-type"
+    assert spec["nodeSelector"] == {"workload": "streaming"}
+    assert spec["tolerations"][0]["key"] == "dedicated"
+    assert spec["priorityClassName"] == "high"
+    assert spec["imagePullSecrets"] == [{"name": "regcred"}]
+
+
+def test_termination_grace_exceeds_the_drain_timeout(releases):
+    spec = releases["defaults"].one("StatefulSet")["spec"]["template"]["spec"]
+    cfg = broker_config(releases["defaults"])
+    assert spec["terminationGracePeriodSeconds"] == 90
+    assert spec["terminationGracePeriodSeconds"] >= cfg.shutdown_timeout_s + 30
+    # 120.5 s drain + 5 s preStop sleep + 30 s margin.
+    rel = releases["kitchen-sink"]
+    spec = rel.one("StatefulSet")["spec"]["template"]["spec"]
+    assert spec["terminationGracePeriodSeconds"] == math.ceil(120.5) + 5 + 30
+    assert broker_container(rel)["lifecycle"] == {"preStop": {"sleep": {"seconds": 5}}}
+    assert "lifecycle" not in broker_container(releases["defaults"])
+
+
+def test_pod_disruption_budget(releases):
+    pdb = releases["defaults"].one("PodDisruptionBudget")
+    assert pdb["spec"]["maxUnavailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"] == BROKER_SELECTOR
+
+
+def test_prometheus_annotations_and_service_monitors(releases):
+    sts = releases["defaults"].one("StatefulSet")
+    ann = sts["spec"]["template"]["metadata"]["annotations"]
+    assert (ann["prometheus.io/scrape"], ann["prometheus.io/port"], ann["prometheus.io/path"]) == (
+        "true",
+        "9093",
+        "/metrics",
+    )
+    dep = releases["defaults"].one("Deployment")
+    assert dep["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"] == "8080"
+    ks = releases["kitchen-sink"].one("StatefulSet")["spec"]["template"]["metadata"]
+    assert "prometheus.io/scrape" not in ks["annotations"]
+    assert ks["annotations"]["team"] == "data" and ks["labels"]["cost-center"] == "42"
+
+    rel = releases["service-monitor"]
+    sm = rel.one("ServiceMonitor", f"{FULLNAME}-broker")
+    assert sm["apiVersion"] == "monitoring.coreos.com/v1"
+    assert sm["metadata"]["labels"]["release"] == "prom"
+    assert sm["spec"]["endpoints"][0]["port"] == "http"
+    assert sm["spec"]["endpoints"][0]["path"] == "/metrics"
+    # It selects exactly one Service (the headless one, which has the http port).
+    selected = [
+        s
+        for s in rel.all("Service")
+        if sm["spec"]["selector"]["matchLabels"].items() <= s["metadata"]["labels"].items()
+    ]
+    assert [s["metadata"]["name"] for s in selected] == [HEADLESS]
+    assert "http" in {p["name"] for p in selected[0]["spec"]["ports"]}
+    asm = rel.one("ServiceMonitor", AUDITOR)
+    selected = [
+        s
+        for s in rel.all("Service")
+        if asm["spec"]["selector"]["matchLabels"].items() <= s["metadata"]["labels"].items()
+    ]
+    assert [s["metadata"]["name"] for s in selected] == [AUDITOR]
+
+
+def test_security_context_of_every_pod_and_container(releases):
+    for key, rel in releases.items():
+        specs = pod_specs(rel)
+        assert specs, key
+        for spec in specs:
+            psc = spec["securityContext"]
+            assert psc["runAsNonRoot"] is True
+            assert psc["runAsUser"] == 10001 and psc["runAsUser"] > 0
+            assert psc["seccompProfile"] == {"type": "RuntimeDefault"}
+            tmp = [v for v in spec["volumes"] if v["name"] == "tmp"]
+            assert tmp and "emptyDir" in tmp[0]
+            for c in spec.get("initContainers", []) + spec["containers"]:
+                sc = c["securityContext"]
+                assert sc["runAsNonRoot"] is True
+                assert sc["readOnlyRootFilesystem"] is True
+                assert sc["allowPrivilegeEscalation"] is False
+                assert sc["capabilities"] == {"drop": ["ALL"]}
+                assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+                if c["name"] != "done":  # `memq --version` writes nothing
+                    assert "/tmp" in {m["mountPath"] for m in c["volumeMounts"]}, c["name"]
+
+
+# --- auditor -------------------------------------------------------------------------------
+
+
+def test_auditor_deployment_and_config(releases):
+    rel = releases["defaults"]
+    dep = rel.one("Deployment", AUDITOR)
+    assert dep["spec"]["replicas"] == 1
+    assert dep["spec"]["strategy"] == {"type": "Recreate"}
+    (c,) = dep["spec"]["template"]["spec"]["containers"]
+    assert c["command"] + c["args"] == [
+        "memq",
+        "audit",
+        "serve",
+        "--config",
+        "/etc/memq/auditor.yaml",
+    ]
+    assert c["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    config = yaml.safe_load(rel.one("ConfigMap", AUDITOR)["data"]["auditor.yaml"])
+    assert config == {
+        "kafka": {"bootstrap_servers": REQUIRED["kafka"]["bootstrapServers"]},
+        "audit_topic": "memq.audit",
+        "db_path": "/var/lib/memq-auditor/audit.db",
+        "http_host": "0.0.0.0",
+        "http_port": 8080,
+        "grace_period_s": 600,
+    }
+    # The SQLite file's directory is the persistent volume.
+    mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+    assert mounts["/var/lib/memq-auditor"] == "data"
+    volumes = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["data"] == {"name": "data", "persistentVolumeClaim": {"claimName": AUDITOR}}
+    pvc = rel.one("PersistentVolumeClaim", AUDITOR)
+    assert pvc["spec"]["resources"]["requests"]["storage"] == "10Gi"
+    svc = rel.one("Service", AUDITOR)
+    assert [(p["port"], p["targetPort"]) for p in svc["spec"]["ports"]] == [(8080, "http")]
+    assert svc["spec"]["selector"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
+    assert svc["spec"]["selector"]["app.kubernetes.io/component"] == "auditor"
+
+
+def test_auditor_without_persistence_and_with_its_own_kafka(releases):
+    rel = releases["kitchen-sink"]
+    name = "memq-prod-auditor"
+    assert "PersistentVolumeClaim" not in rel.kinds()
+    dep = rel.one("Deployment", name)
+    volumes = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["data"] == {"name": "data", "emptyDir": {}}
+    config = yaml.safe_load(rel.one("ConfigMap", name)["data"]["auditor.yaml"])
+    assert config["kafka"] == {"bootstrap_servers": "audit-kafka:9092"}
+    assert (config["audit_topic"], config["grace_period_s"]) == ("memq.audit.prod", 900)
+    (c,) = dep["spec"]["template"]["spec"]["containers"]
+    assert container_env(c)["LOG_LEVEL"]["value"] == "INFO"
+
+
+# --- topic creation ------------------------------------------------------------------------
+
+
+def test_topic_job_creates_each_listed_topic(releases):
+    job = releases["topics"].one("Job")
+    ann = job["metadata"]["annotations"]
+    assert ann["helm.sh/hook"] == "post-install,post-upgrade"
+    assert "before-hook-creation" in ann["helm.sh/hook-delete-policy"]
+    spec = job["spec"]["template"]["spec"]
+    assert spec["restartPolicy"] == "OnFailure"
+    commands = [c["command"] for c in spec["initContainers"]]
+    assert commands == [
+        [
+            "memq",
+            "topic",
+            "create",
+            "events",
+            "--bootstrap-servers",
+            BOOTSTRAP,
+            "--if-not-exists",
+            "--set",
+            "batch.bytes=16777216",
+            "--set",
+            "batch.ms=500",
+            "--set",
+            "expected_mbps=20",
+            "--set",
+            "notification.partitions=16",
+        ],
+        [
+            "memq",
+            "topic",
+            "create",
+            "logs.app_1",
+            "--bootstrap-servers",
+            BOOTSTRAP,
+            "--if-not-exists",
+        ],
+        [
+            "memq",
+            "topic",
+            "create",
+            "ml-training",
+            "--bootstrap-servers",
+            BOOTSTRAP,
+            "--if-not-exists",
+            "--set",
+            "expected_mbps=2.5",
+            "--set",
+            "storage.s3.hedge_after_ms=2000",
+        ],
+    ]
+    assert all("args" not in c for c in spec["initContainers"])
+    (done,) = spec["containers"]
+    assert done["command"] == ["memq", "--version"]
+
+
+def test_topic_job_targets_the_client_service():
+    rel = render({**TOPICS, "fullnameOverride": "mq", "clusterDomain": "k8s.example"})
+    cmd = rel.one("Job")["spec"]["template"]["spec"]["initContainers"][0]["command"]
+    assert cmd[cmd.index("--bootstrap-servers") + 1] == f"mq.{NAMESPACE}.svc.k8s.example:9092"
+    assert rel.find("Service", "mq") is not None
+
+
+# --- NOTES ---------------------------------------------------------------------------------
+
+
+def test_notes_explain_producing_consuming_and_the_dashboard(releases):
+    notes = releases["defaults"].notes
+    assert f"bootstrap.servers:  {BOOTSTRAP}" in notes
+    assert (
+        f"produce --topic events --count 10000 --size 1024 --bootstrap-servers {BOOTSTRAP}" in notes
+    )
+    assert (
+        f"consume --topic events --group my-group --from-beginning --bootstrap-servers {BOOTSTRAP}"
+        in notes
+    )
+    assert f'Producer({{"bootstrap.servers": "{BOOTSTRAP}", "acks": "all"}})' in notes
+    assert f'Consumer({{"bootstrap.servers": "{BOOTSTRAP}", "group.id": "my-group"}})' in notes
+    assert f"port-forward service/{AUDITOR} 8080:8080" in notes
+    assert "topic create events" in notes
+    notes = releases["topics"].notes
+    assert "- logs.app_1" in notes and "topic create" not in notes
+    assert "(3-9 brokers, autoscaled)" in releases["hpa"].notes
+    assert "{{" not in notes and "<no value>" not in notes
+
+
+# --- bad values ----------------------------------------------------------------------------
+
+
+def without_zookeeper_connect() -> dict[str, Any]:
+    values = copy.deepcopy(REQUIRED)
+    del values["zookeeper"]["connect"]
+    return values
+
+
+BAD_VALUES = {
+    "missing zookeeper connect": (
+        without_zookeeper_connect(),
+        # The chart's default is "": a missing value is an empty one.
+        "at '/zookeeper/connect': minLength: got 0, want 1",
+    ),
+    "blank kafka bootstrap": (
+        deep_merge(REQUIRED, {"kafka": {"bootstrapServers": "  "}}),
+        "at '/kafka/bootstrapServers': '  ' does not match pattern",
+    ),
+    "negative replicas": (
+        deep_merge(REQUIRED, {"broker": {"replicas": -1}}),
+        "at '/broker/replicas': minimum: got -1, want 1",
+    ),
+    "typo'd key": (
+        deep_merge(REQUIRED, {"broker": {"replica": 3}}),
+        "at '/broker': additional properties 'replica' not allowed",
+    ),
+    "typo'd broker config key": (
+        deep_merge(REQUIRED, {"broker": {"config": {"upload_thread": 3}}}),
+        "at '/broker/config': additional properties 'upload_thread' not allowed",
+    ),
+    "wrong anti-affinity enum": (
+        deep_merge(REQUIRED, {"broker": {"antiAffinity": "strict"}}),
+        "at '/broker/antiAffinity': value must be one of 'soft', 'hard'",
+    ),
+    "wrong pull policy": (
+        deep_merge(REQUIRED, {"image": {"pullPolicy": "Sometimes"}}),
+        "at '/image/pullPolicy': value must be one of",
+    ),
+    "batch too small": (
+        deep_merge(REQUIRED, {"topicDefaults": {"batch": {"bytes": 10}}}),
+        "at '/topicDefaults/batch/bytes': minimum: got 10, want 1,024",
+    ),
+    "bad topic name": (
+        deep_merge(REQUIRED, {"topics": [{"name": "no spaces"}]}),
+        "at '/topics/0/name': 'no spaces' does not match pattern",
+    ),
+    "bad topic setting key": (
+        deep_merge(REQUIRED, {"topics": [{"name": "t", "settings": {"batch ms": 5}}]}),
+        "at '/topics/0/settings': additional properties 'batch ms' not allowed",
+    ),
+}
+
+
+@pytest.mark.parametrize(("values", "where"), BAD_VALUES.values(), ids=list(BAD_VALUES))
+def test_schema_rejects_bad_values_with_a_clear_message(values, where):
+    with pytest.raises(helm_python.HelmValuesError) as err:
+        render(values, required=False)
+    assert "values don't meet the specifications of the schema" in str(err.value)
+    assert where in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (
+            {"topics": [{"name": "events"}, {"name": "events"}]},
+            'topics: "events" is listed twice',
+        ),
+        (
+            {"topicDefaults": {"ring_size": 256, "batch": {"bytes": 16777216}}},
+            "not even one topic would fit",
+        ),
+        (
+            {"topicDefaults": {"batch": {"bytes": 33554432}}},
+            "does not fit in broker.config.max_frame_bytes",
+        ),
+        (
+            {"broker": {"autoscaling": {"enabled": True, "minReplicas": 5, "maxReplicas": 2}}},
+            "minReplicas (5) is greater than maxReplicas (2)",
+        ),
+    ],
+    ids=["duplicate topic", "ring over memory limit", "block over frame", "hpa min > max"],
+)
+def test_cross_field_checks_fail_the_render(values, message):
+    with pytest.raises(helm_python.HelmError) as err:
+        render(values)
+    assert message in str(err.value)
+
+
+def test_the_same_values_are_accepted_when_fixed():
+    # The counterpart of the rejections above: fixing the value renders.
+    render(
+        {
+            "topicDefaults": {"batch": {"bytes": 33554432}},
+            "broker": {"config": {"max_frame_bytes": 67108864}},
+        }
+    )
+    render({"topics": [{"name": "events"}, {"name": "events-2"}]})
