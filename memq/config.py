@@ -195,6 +195,9 @@ class TopicSettings(_Frozen):
     max_block_bytes: int | None = Field(default=None, ge=1024)
     #: Expected input rate, used by the governor to size the writer set.
     expected_mbps: float = Field(default=1.0, gt=0)
+    #: Fewest brokers writing the topic (clustered mode): with 2 or more, producers move to
+    #: another writer at once when one fails instead of waiting for a reassignment.
+    min_writers: int = Field(default=2, ge=1, le=64)
 
     @model_validator(mode="after")
     def _block_fits_batch(self) -> TopicSettings:

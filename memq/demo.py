@@ -65,7 +65,7 @@ def _records(n: int, seed: int) -> list[tuple[bytes, bytes, dict[str, bytes] | N
 def _produce(state: StackState, topic: str, records: list[Any], res: DemoResult, say: Say) -> None:
     from memq import Producer
 
-    broker = state.extra.get("brokers", [{}])[0].get("endpoint")
+    broker = ",".join(b["endpoint"] for b in state.extra.get("brokers", []) if b.get("endpoint"))
     if not broker:
         raise MemqError(
             "the local stack has no broker: restart it with `memq dev down && memq dev up`"
@@ -239,8 +239,8 @@ def demo_with_stack(stack: DevStack, *, keep: bool, say: Say, **kw: Any) -> Demo
     state = stack.load()
     started = state is None
     if state is None:
-        say("starting the local stack (moto S3, Tansu Kafka, ZooKeeper, a MemQ broker)...")
-        state = stack.up(progress=say)
+        say("starting the local stack (moto S3, Tansu Kafka, ZooKeeper, 3 MemQ brokers)...")
+        state = stack.up(progress=say, brokers=3)
     try:
         return run_demo(state, say=say, **kw)
     finally:

@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+
+import msgpack
 
 from memq.broker.connection import BrokerConnection
 from memq.broker.metrics import BrokerMetrics
@@ -20,6 +22,7 @@ from memq.errors import (
     NotWriterError,
     UnknownTopicError,
 )
+from memq.formats.frames import RequestType
 from memq.formats.keys import validate_name
 from memq.protocol import (
     BrokerInfo,
@@ -41,8 +44,11 @@ SinkFactory = Callable[[NotificationConfig], Any]
 class ClusterView:
     """Who writes what. Standalone: this broker writes every topic it has.
 
-    The clustered broker (governor) replaces this with a ZooKeeper-backed view.
+    A clustered broker replaces it with :class:`governor.member.ClusterMember`
+    (ZooKeeper-backed, same methods).
     """
+
+    clustered = False
 
     def __init__(self, server: BrokerServer) -> None:
         self.server = server
@@ -53,12 +59,46 @@ class ClusterView:
     def writers(self, topic: str) -> list[str]:
         return [self.server.config.broker_id] if topic in self.server.processors else []
 
-    def governor(self) -> str | None:
+    def governor_id(self) -> str | None:
         return None
 
     def topic_config(self, topic: str) -> TopicConfig | None:
         p = self.server.processors.get(topic)
         return p.config if p else None
+
+    def topic_names(self) -> list[str]:
+        return sorted(self.server.processors)
+
+    async def create_topic(
+        self, name: str, settings: dict[str, Any] | None = None, if_not_exists: bool = True
+    ) -> TopicConfig:
+        raise InvalidRequestError(
+            "this broker is standalone: its topics come from its config file (add the topic "
+            "there and restart), or run brokers clustered with zookeeper configured"
+        )
+
+    async def admin(self, req_type: int, body: bytes) -> bytes:
+        if req_type == RequestType.TOPIC_LIST:
+            out: Any = {"topics": self.topic_names()}
+        elif req_type == RequestType.CLUSTER_STATUS:
+            s = self.server
+            out = {
+                "cluster": s.config.cluster,
+                "governor": None,
+                "standalone": True,
+                "brokers": [
+                    {
+                        **s.info.model_dump(),
+                        "capacity_mbps": s.config.capacity_mbps,
+                        "topics": self.topic_names(),
+                    }
+                ],
+                "topics": {t: {"writers": [s.config.broker_id]} for t in self.topic_names()},
+            }
+        else:
+            await self.create_topic("")  # raises the standalone explanation
+        packed: bytes = msgpack.packb(out, use_bin_type=True)
+        return packed
 
 
 class BrokerServer:
@@ -80,8 +120,14 @@ class BrokerServer:
         self.ready = False
         self.port = config.port
         self.http_port: int | None = None
-        self.admin_types: set[int] = set()
-        self._admin: Callable[[int, bytes], Awaitable[bytes]] | None = None
+        self.admin_types: set[int] = {
+            int(RequestType.TOPIC_CREATE),
+            int(RequestType.TOPIC_UPDATE),
+            int(RequestType.TOPIC_DELETE),
+            int(RequestType.TOPIC_LIST),
+            int(RequestType.CLUSTER_STATUS),
+        }
+        self.member: Any = None
         self._writer_factory = writer_factory or (lambda t, c: make_writer(t.storage, c))
         self._sink_factory = sink_factory or _kafka_sink
         self._sinks: dict[tuple[Any, ...], NotificationSink] = {}
@@ -106,9 +152,10 @@ class BrokerServer:
     # --- lifecycle ----------------------------------------------------------------------
 
     async def start(self) -> None:
-        for t in self.config.topics:
-            await self.add_topic(t)
         loop = asyncio.get_running_loop()
+        if self.config.zookeeper is None:
+            for t in self.config.topics:
+                await self.add_topic(t)
         self._server = await loop.create_server(
             lambda: BrokerConnection(self), self.config.host, self.config.port, reuse_address=True
         )
@@ -119,10 +166,23 @@ class BrokerServer:
             self._http, self.http_port = await start_http(
                 self, self.config.host, self.config.http_port
             )
+        if self.config.zookeeper is not None:
+            await self._join_cluster(loop)
         self.ready = True
         log.info(
             "broker %s serving %s (http %s)", self.config.broker_id, self.address, self.http_port
         )
+
+    async def _join_cluster(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Register in ZooKeeper, follow the governor's assignments (clustered mode)."""
+        from governor.member import ClusterMember
+
+        member = ClusterMember(self, loop)
+        await loop.run_in_executor(None, member.start)
+        self.member = member
+        for t in self.config.topics:  # topics in the config file exist in the cluster
+            settings = t.model_dump(mode="json", by_alias=True, exclude={"name"})
+            await member.create_topic(t.name, settings, if_not_exists=True)
 
     def sink_for(self, cfg: NotificationConfig) -> NotificationSink:
         key = (cfg.bootstrap_servers, cfg.delivery_timeout_ms, tuple(sorted(cfg.producer.items())))
@@ -149,6 +209,8 @@ class BrokerServer:
             await loop.run_in_executor(
                 self.executor, ensure, cfg.notification_topic(self.config.cluster)
             )
+        if cfg.name in self.processors:  # started meanwhile (while we awaited above)
+            return self.processors[cfg.name]
         writer = self._writer_factory(cfg, self.config.cluster)
         if hasattr(writer, "retry_listener"):
             counter = self.metrics.storage_retries.labels(writer.name)
@@ -191,11 +253,11 @@ class BrokerServer:
         pending = self._creating.get(topic)
         if pending is not None:
             return await asyncio.shield(pending)
-        writers = self.view.writers(topic)
-        if writers:
+        if self.view.topic_config(topic) is not None or self.view.writers(topic):
+            writers = self.view.writers(topic)
             raise NotWriterError(
-                f"broker {self.config.broker_id} does not write topic {topic!r}; "
-                f"writers: {', '.join(writers)}",
+                f"broker {self.config.broker_id} does not write topic {topic!r}; writers: "
+                f"{', '.join(writers) if writers else 'none assigned yet'}",
                 body=encode_msg(self.metadata(MetadataRequest(topics=[topic]))),
             )
         if not self.config.auto_create_topics:
@@ -207,6 +269,12 @@ class BrokerServer:
             validate_name("topic", topic)
         except MemqError as e:
             raise InvalidRequestError(str(e)) from None
+        if self.view.clustered:
+            await self.view.create_topic(topic)
+            raise NotWriterError(
+                f"topic {topic!r} was created; the governor is assigning its writers: retry",
+                body=encode_msg(self.metadata(MetadataRequest(topics=[topic]))),
+            )
         fut: asyncio.Future[TopicProcessor] = asyncio.get_running_loop().create_future()
         self._creating[topic] = fut
         try:
@@ -220,19 +288,11 @@ class BrokerServer:
         finally:
             del self._creating[topic]
 
-    def set_admin(self, types: set[int], handler: Callable[[int, bytes], Awaitable[bytes]]) -> None:
-        self.admin_types = types
-        self._admin = handler
-
     async def admin(self, req_type: int, body: bytes) -> bytes:
-        if self._admin is None:
-            raise InvalidRequestError(
-                "admin requests need a clustered broker (zookeeper configured)"
-            )
-        return await self._admin(req_type, body)
+        return await self.view.admin(req_type, body)
 
     def metadata(self, req: MetadataRequest) -> ClusterMetadata:
-        names = req.topics if req.topics is not None else sorted(self.processors)
+        names = req.topics if req.topics is not None else self.view.topic_names()
         topics = {}
         for name in names:
             cfg = self.view.topic_config(name)
@@ -255,7 +315,7 @@ class BrokerServer:
             broker=self.config.broker_id,
             brokers=self.view.brokers(),
             topics=topics,
-            governor=self.view.governor(),
+            governor=self.view.governor_id(),
         )
 
     def shutting_down_error(self) -> BrokerShuttingDownError:
@@ -271,6 +331,8 @@ class BrokerServer:
         self.draining = True
         self.ready = False
         log.info("broker %s draining: sealing open batches", self.config.broker_id)
+        if self.member is not None:  # deregister first: the governor moves our topics away
+            await asyncio.get_running_loop().run_in_executor(None, self.member.stop)
         if self._server is not None:
             self._server.close()
         await asyncio.gather(

@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 
 from memq import __version__
+from memq.cli import admin as admin_cmd
 from memq.cli import backfill as backfill_cmd
 from memq.cli import broker as broker_cmd
 from memq.cli import consume as consume_cmd
@@ -29,6 +30,8 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(dev_cmd.app, name="dev")
+app.add_typer(admin_cmd.topic_app, name="topic")
+app.add_typer(admin_cmd.cluster_app, name="cluster")
 app.command("demo")(demo_cmd.demo)
 app.command("broker")(broker_cmd.broker)
 app.command("produce")(produce_cmd.produce)

@@ -23,11 +23,18 @@ class StoredBatch:
         return [r for _, recs in self.blocks for r in recs]
 
 
-def read_objects(s3: Any, bucket: str, prefix: str = "") -> list[StoredBatch]:
+def read_objects(
+    s3: Any, bucket: str, prefix: str = "", topic: str | None = None
+) -> list[StoredBatch]:
+    """Every object (of ``topic``, chosen by key before reading) decoded and verified."""
+    from memq.formats import parse_object_key
+
     out = []
     pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
     for page in pages:
         for obj in page.get("Contents", []):
+            if topic is not None and parse_object_key(obj["Key"]).topic != topic:
+                continue
             data = s3.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read()
             header, blocks = decode_batch(data)
             out.append(StoredBatch(obj["Key"], len(data), header, blocks))
@@ -39,15 +46,9 @@ def wait_for_objects(
 ) -> list[StoredBatch]:
     """Poll S3 until the objects (of ``topic``, if given) hold ``records`` records
     (with acks 0/1 the upload happens after the ack)."""
-    from memq.formats import parse_object_key
-
     deadline = time.monotonic() + timeout
     while True:
-        objs = [
-            o
-            for o in read_objects(s3, bucket)
-            if topic is None or parse_object_key(o.key).topic == topic
-        ]
+        objs = read_objects(s3, bucket, topic=topic)
         n = sum(o.header.record_count for o in objs)
         if n >= records or time.monotonic() > deadline:
             return objs

@@ -1,0 +1,458 @@
+"""A broker's membership in a cluster: registration, assignments, topics, admin.
+
+- Registers an ephemeral node with its address, capacity and rack. After a session is
+  lost (expired), it re-registers as soon as the connection is back, so a broker never
+  stays invisible (a known failure mode of the Java original). While SUSPENDED it keeps
+  serving its current assignment.
+- Watches the assignment and the topic configs; starts, reconfigures or stops topic
+  processors on the broker's event loop (a processor being removed seals and uploads its
+  open batch and answers its pending writes first).
+- Serves metadata (writers, settings) from ZooKeeper and the admin requests behind
+  ``memq topic ...`` and ``memq cluster status``.
+- Runs a :class:`governor.governor.Governor` contender.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from typing import TYPE_CHECKING, Any
+
+import msgpack
+
+from governor.governor import Governor
+from governor.zk import (
+    AssignmentRecord,
+    BrokerRecord,
+    Layout,
+    dumps,
+    make_client,
+    now_ms,
+    read_json,
+)
+from memq.config import TopicConfig, deep_merge, validate_model
+from memq.errors import (
+    ConfigError,
+    CoordinationError,
+    InvalidRequestError,
+    TopicExistsError,
+    UnknownTopicError,
+)
+from memq.formats.frames import RequestType
+from memq.formats.keys import validate_name
+from memq.protocol import BrokerInfo
+
+if TYPE_CHECKING:
+    from memq.broker.server import BrokerServer
+
+__all__ = ["ADMIN_TYPES", "ClusterMember", "settings_from_pairs"]
+
+log = logging.getLogger(__name__)
+
+ADMIN_TYPES = {
+    int(RequestType.TOPIC_CREATE),
+    int(RequestType.TOPIC_UPDATE),
+    int(RequestType.TOPIC_DELETE),
+    int(RequestType.TOPIC_LIST),
+    int(RequestType.CLUSTER_STATUS),
+}
+
+
+def settings_from_pairs(pairs: dict[str, Any]) -> dict[str, Any]:
+    """``{"batch.ms": 500}`` -> ``{"batch": {"ms": 500}}`` (dotted paths to nested maps)."""
+    out: dict[str, Any] = {}
+    for path, value in pairs.items():
+        node = out
+        parts = path.split(".")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"setting {path!r} conflicts with another one")
+        node[parts[-1]] = value
+    return out
+
+
+class ClusterMember:
+    """The clustered part of one broker (its ClusterView, too)."""
+
+    clustered = True
+
+    def __init__(self, server: BrokerServer, loop: asyncio.AbstractEventLoop) -> None:
+        cfg = server.config.zookeeper
+        assert cfg is not None
+        self.server = server
+        self.loop = loop
+        self.layout = Layout(cfg.chroot)
+        self.zk: Any = make_client(cfg)
+        self.broker_id = server.config.broker_id
+        metrics = server.metrics
+        self.governor = Governor(
+            self.zk,
+            self.layout,
+            self.broker_id,
+            on_leadership=lambda leading: metrics.governor_leader.set(1 if leading else 0),
+        )
+        self._brokers: dict[str, BrokerRecord] = {}
+        self._topics: dict[str, TopicConfig] = {}
+        self._assignment = AssignmentRecord()
+        self._lock = threading.Lock()
+        self._reregister = threading.Event()
+        self._stopping = False
+        self._reconciling: asyncio.Lock | None = None  # created on the broker's loop
+        self.registrations = 0
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        for path in (self.layout.brokers, self.layout.topics, self.layout.election):
+            self.zk.ensure_path(path)
+        self.zk.add_listener(self._on_state)
+        self.register()
+        self.zk.ChildrenWatch(self.layout.brokers, self._brokers_changed)
+        self.zk.ChildrenWatch(self.layout.topics, self._topics_changed)
+        self.zk.DataWatch(self.layout.assignments, self._assignment_changed)
+        self.governor.start()
+        self.server.view = self  # type: ignore[assignment]
+
+    def record(self) -> BrokerRecord:
+        s = self.server
+        return BrokerRecord(
+            id=self.broker_id,
+            host=s.config.advertised,
+            port=s.port,
+            http_port=s.http_port,
+            capacity_mbps=s.config.capacity_mbps,
+            rack=s.config.rack,
+            started_at=now_ms(),
+        )
+
+    def register(self) -> None:
+        """Create this broker's ephemeral node (replacing one left by a dead session)."""
+        from kazoo.exceptions import NodeExistsError, NoNodeError
+
+        path = self.layout.broker(self.broker_id)
+        data = dumps(self.record())
+        for _ in range(10):
+            try:
+                self.zk.create(path, data, ephemeral=True)
+                self.registrations += 1
+                self.server.metrics.zk_registrations.inc()
+                log.info("broker %s registered in ZooKeeper", self.broker_id)
+                return
+            except NodeExistsError:
+                try:
+                    _, stat = self.zk.get(path)
+                except NoNodeError:
+                    continue
+                if stat.ephemeralOwner == self.zk.client_id[0]:
+                    return  # already ours
+                # Left by this broker's previous session (a restart): take the id back.
+                log.info("removing the stale registration of %s", self.broker_id)
+                with contextlib.suppress(NoNodeError):
+                    self.zk.delete(path, version=stat.version)
+        raise CoordinationError(f"could not register broker {self.broker_id} in ZooKeeper")
+
+    def _on_state(self, state: str) -> None:
+        # Kazoo calls this on its own thread: never block here.
+        if state == "LOST":
+            log.warning(
+                "ZooKeeper session of %s lost: will re-register on reconnect", self.broker_id
+            )
+            self._reregister.set()
+        elif state == "SUSPENDED":
+            log.warning("ZooKeeper connection suspended: serving the current assignment")
+        elif state == "CONNECTED" and self._reregister.is_set() and not self._stopping:
+            self._reregister.clear()
+            threading.Thread(target=self._recover, name="memq-reregister", daemon=True).start()
+
+    def _recover(self) -> None:
+        try:
+            self.register()
+            self._refresh_topics()
+            self._assignment_changed(*self.zk.get(self.layout.assignments))
+        except Exception:
+            log.exception(
+                "re-registering %s failed; retrying on the next reconnect", self.broker_id
+            )
+            self._reregister.set()
+
+    def stop(self) -> None:
+        """Deregister first (writers move away at once), then leave the election."""
+        from kazoo.exceptions import NoNodeError
+
+        self._stopping = True
+        try:
+            self.zk.delete(self.layout.broker(self.broker_id))
+        except (NoNodeError, Exception) as e:
+            log.debug("deregistering: %s", e)
+        self.governor.stop()
+        self.zk.remove_listener(self._on_state)
+        self.zk.stop()
+        self.zk.close()
+
+    # --- watches (kazoo threads) ------------------------------------------------------
+
+    def _brokers_changed(self, children: list[str]) -> bool:
+        found: dict[str, BrokerRecord] = {}
+        try:
+            for bid in children:
+                data, _ = read_json(self.zk, self.layout.broker(bid))
+                if data:
+                    found[bid] = BrokerRecord.model_validate(data)
+        except Exception as e:  # connection loss: the watch fires again once reconnected
+            log.debug("reading brokers: %s", e)
+            return not self._stopping
+        with self._lock:
+            self._brokers = found
+        return not self._stopping
+
+    def _topics_changed(self, children: list[str]) -> bool:
+        if self._stopping:
+            return False
+        for name in children:
+            if name not in self._topics:
+                try:
+                    self.zk.DataWatch(self.layout.topic(name), self._topic_watch(name))
+                except Exception as e:
+                    log.debug("watching topic %s: %s", name, e)
+        with self._lock:
+            for gone in set(self._topics) - set(children):
+                del self._topics[gone]
+        self._apply()
+        return not self._stopping
+
+    def _refresh_topics(self) -> None:
+        self._topics_changed(self.zk.get_children(self.layout.topics))
+
+    def _topic_watch(self, name: str) -> Any:
+        def changed(data: bytes | None, _stat: Any, *_event: Any) -> bool:
+            if data is None:  # deleted
+                with self._lock:
+                    self._topics.pop(name, None)
+                self._apply()
+                return False
+            try:
+                import json
+
+                cfg = TopicConfig.model_validate(json.loads(data))
+            except Exception as e:
+                log.error("topic %s has an invalid config in ZooKeeper (%s): ignoring it", name, e)
+                return not self._stopping
+            with self._lock:
+                self._topics[name] = cfg
+            self._apply()
+            return not self._stopping
+
+        return changed
+
+    def _assignment_changed(self, data: bytes | None, _stat: Any, *_event: Any) -> bool:
+        import json
+
+        rec = AssignmentRecord.model_validate(json.loads(data)) if data else AssignmentRecord()
+        with self._lock:
+            previous = self._assignment
+            self._assignment = rec
+        m = self.server.metrics
+        m.assignment_version.set(rec.version)
+        for topic in set(previous.shortfall) - set(rec.shortfall):
+            m.shortfall.labels(topic).set(0)
+        for topic, mbps in rec.shortfall.items():
+            m.shortfall.labels(topic).set(mbps)
+        self._apply()
+        return not self._stopping
+
+    def _apply(self) -> None:
+        """Make the broker's processors match its assignment (on the broker's loop)."""
+        if self._stopping or self.loop.is_closed():
+            return
+        with self._lock:
+            mine = {
+                t: self._topics[t]
+                for t, ws in self._assignment.writers.items()
+                if self.broker_id in ws and t in self._topics
+            }
+        asyncio.run_coroutine_threadsafe(self._reconcile(mine), self.loop)
+
+    async def _reconcile(self, mine: dict[str, TopicConfig]) -> None:
+        # One reconciliation at a time: watch events may fire in quick succession.
+        if self._reconciling is None:
+            self._reconciling = asyncio.Lock()
+        async with self._reconciling:
+            await self._reconcile_once(mine)
+
+    async def _reconcile_once(self, mine: dict[str, TopicConfig]) -> None:
+        s = self.server
+        if s.draining:
+            return
+        for name, proc in list(s.processors.items()):
+            cfg = mine.get(name)
+            if cfg is None or cfg != proc.config:
+                log.info(
+                    "broker %s stops writing %s (%s)",
+                    self.broker_id,
+                    name,
+                    "reassigned" if cfg is None else "reconfigured",
+                )
+                await s.remove_topic(name, "reassign")
+        for name, cfg in mine.items():
+            if name not in s.processors:
+                try:
+                    await s.add_topic(cfg)
+                    log.info("broker %s now writes %s", self.broker_id, name)
+                except Exception:
+                    log.exception("starting topic %s failed", name)
+
+    # --- ClusterView --------------------------------------------------------------------
+
+    def brokers(self) -> list[BrokerInfo]:
+        with self._lock:
+            recs = list(self._brokers.values())
+        return [
+            BrokerInfo(id=r.id, host=r.host, port=r.port, http_port=r.http_port, rack=r.rack)
+            for r in sorted(recs, key=lambda r: r.id)
+        ]
+
+    def writers(self, topic: str) -> list[str]:
+        with self._lock:
+            return [w for w in self._assignment.writers.get(topic, []) if w in self._brokers]
+
+    def governor_id(self) -> str | None:
+        c = self.governor.contenders()
+        return c[0] if c else None
+
+    def topic_config(self, topic: str) -> TopicConfig | None:
+        with self._lock:
+            return self._topics.get(topic)
+
+    def topic_names(self) -> list[str]:
+        with self._lock:
+            return sorted(self._topics)
+
+    async def create_topic(
+        self, name: str, settings: dict[str, Any] | None = None, if_not_exists: bool = True
+    ) -> TopicConfig:
+        cfg: TopicConfig = await self._blocking(self._create, name, settings or {}, if_not_exists)
+        return cfg
+
+    # --- admin --------------------------------------------------------------------------
+
+    async def _blocking(self, fn: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+
+    def _validated(self, name: str, settings: dict[str, Any]) -> TopicConfig:
+        try:
+            validate_name("topic", name)
+        except Exception as e:
+            raise InvalidRequestError(str(e)) from None
+        defaults = self.server.config.topic_defaults
+        base = defaults.model_dump(by_alias=True, exclude_unset=True) if defaults else {}
+        try:
+            return validate_model(
+                TopicConfig, deep_merge(base, {**settings, "name": name}), f"topic {name}"
+            )
+        except ConfigError as e:
+            raise InvalidRequestError(str(e)) from None
+
+    def _create(self, name: str, settings: dict[str, Any], if_not_exists: bool) -> TopicConfig:
+        from kazoo.exceptions import NodeExistsError
+
+        cfg = self._validated(name, settings)
+        try:
+            self.zk.create(self.layout.topic(name), dumps(cfg), makepath=True)
+        except NodeExistsError:
+            if not if_not_exists:
+                raise TopicExistsError(f"topic {name!r} already exists") from None
+            data, _ = read_json(self.zk, self.layout.topic(name))
+            return TopicConfig.model_validate(data)
+        log.info("topic %s created", name)
+        return cfg
+
+    def _update(self, name: str, settings: dict[str, Any]) -> TopicConfig:
+        from kazoo.exceptions import BadVersionError
+
+        data, stat = read_json(self.zk, self.layout.topic(name))
+        if data is None:
+            raise UnknownTopicError(f"topic {name!r} does not exist: create it first")
+        current = TopicConfig.model_validate(data).model_dump(by_alias=True)
+        try:
+            cfg = validate_model(
+                TopicConfig, deep_merge(current, {**settings, "name": name}), f"topic {name}"
+            )
+        except ConfigError as e:
+            raise InvalidRequestError(str(e)) from None
+        try:
+            self.zk.set(self.layout.topic(name), dumps(cfg), version=stat.version)
+        except BadVersionError:
+            raise CoordinationError(f"topic {name!r} changed concurrently: retry") from None
+        return cfg
+
+    def _delete(self, name: str) -> None:
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            self.zk.delete(self.layout.topic(name))
+        except NoNodeError:
+            raise UnknownTopicError(f"topic {name!r} does not exist") from None
+
+    def status(self) -> dict[str, Any]:
+        with self._lock:
+            brokers = dict(self._brokers)
+            a = self._assignment
+            topics = dict(self._topics)
+        cap = sum(b.capacity_mbps for b in brokers.values())
+        used = sum(a.load.get(b, 0.0) for b in brokers)
+        return {
+            "cluster": self.server.config.cluster,
+            "governor": self.governor_id(),
+            "assignment_version": a.version,
+            "brokers": [
+                {
+                    **b.model_dump(),
+                    "load_mbps": a.load.get(b.id, 0.0),
+                    "topics": sorted(t for t, ws in a.writers.items() if b.id in ws),
+                }
+                for b in sorted(brokers.values(), key=lambda b: b.id)
+            ],
+            "topics": {
+                t: {
+                    "writers": a.writers.get(t, []),
+                    "expected_mbps": c.expected_mbps,
+                    "min_writers": c.min_writers,
+                    "shortfall_mbps": a.shortfall.get(t, 0.0),
+                }
+                for t, c in sorted(topics.items())
+            },
+            "capacity_mbps": cap,
+            "used_mbps": round(used, 3),
+            "free_mbps": round(cap - used, 3),
+            "shortfall": a.shortfall,
+        }
+
+    async def admin(self, req_type: int, body: bytes) -> bytes:
+        try:
+            req = msgpack.unpackb(body, raw=False) if body else {}
+        except Exception as e:
+            raise InvalidRequestError(f"admin request body is not msgpack: {e}") from None
+        if not isinstance(req, dict):
+            raise InvalidRequestError("admin request body must be a map")
+        name = str(req.get("name", ""))
+        settings = settings_from_pairs(dict(req.get("settings") or {}))
+        out: Any
+        if req_type == RequestType.TOPIC_CREATE:
+            cfg = await self._blocking(self._create, name, settings, bool(req.get("if_not_exists")))
+            out = cfg.model_dump(mode="json", by_alias=True)
+        elif req_type == RequestType.TOPIC_UPDATE:
+            out = (await self._blocking(self._update, name, settings)).model_dump(
+                mode="json", by_alias=True
+            )
+        elif req_type == RequestType.TOPIC_DELETE:
+            await self._blocking(self._delete, name)
+            out = {"deleted": name}
+        elif req_type == RequestType.TOPIC_LIST:
+            out = {"topics": self.topic_names()}
+        else:
+            out = self.status()
+        packed: bytes = msgpack.packb(out, use_bin_type=True)
+        return packed

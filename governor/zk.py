@@ -1,0 +1,104 @@
+"""ZooKeeper layout, records and client for a MemQ cluster.
+
+Under the cluster root (the broker config's ``zookeeper.chroot``, e.g. ``/memq/prod``)::
+
+    brokers/<broker id>   ephemeral   BrokerRecord (address, capacity, rack)
+    topics/<topic>        persistent  the topic's validated TopicConfig
+    assignments           persistent  AssignmentRecord (writers per topic, shortfall, load)
+    governor/             kazoo Election: the first contender governs
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from memq.config import ZooKeeperConfig
+from memq.errors import CoordinationError
+
+__all__ = ["AssignmentRecord", "BrokerRecord", "Layout", "dumps", "make_client", "read_json"]
+
+
+class _Rec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class BrokerRecord(_Rec):
+    id: str
+    host: str
+    port: int
+    http_port: int | None = None
+    capacity_mbps: float
+    rack: str | None = None
+    started_at: int = 0
+
+
+class AssignmentRecord(_Rec):
+    version: int = 0
+    governor: str | None = None
+    updated_at: int = 0
+    writers: dict[str, list[str]] = {}
+    shortfall: dict[str, float] = {}
+    load: dict[str, float] = {}
+
+
+class Layout:
+    def __init__(self, root: str) -> None:
+        self.root = "/" + root.strip("/")
+        self.brokers = f"{self.root}/brokers"
+        self.topics = f"{self.root}/topics"
+        self.assignments = f"{self.root}/assignments"
+        self.election = f"{self.root}/governor"
+
+    def broker(self, broker_id: str) -> str:
+        return f"{self.brokers}/{broker_id}"
+
+    def topic(self, name: str) -> str:
+        return f"{self.topics}/{name}"
+
+
+def dumps(obj: BaseModel | dict[str, Any]) -> bytes:
+    data = obj.model_dump(mode="json", by_alias=True) if isinstance(obj, BaseModel) else obj
+    return json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
+
+
+def read_json(zk: Any, path: str) -> tuple[dict[str, Any] | None, Any]:
+    """(data, stat) of a node, or (None, None) when it does not exist."""
+    from kazoo.exceptions import NoNodeError
+
+    try:
+        raw, stat = zk.get(path)
+    except NoNodeError:
+        return None, None
+    try:
+        return (json.loads(raw) if raw else {}), stat
+    except ValueError as e:
+        raise CoordinationError(f"ZooKeeper node {path} holds invalid JSON: {e}") from e
+
+
+def make_client(cfg: ZooKeeperConfig, *, timeout: float = 15.0) -> Any:
+    """A started KazooClient (retries connections forever; commands a few times)."""
+    from kazoo.client import KazooClient
+    from kazoo.retry import KazooRetry
+
+    zk = KazooClient(
+        hosts=cfg.connect,
+        timeout=cfg.session_timeout_ms / 1000,
+        connection_retry=KazooRetry(max_tries=-1, delay=0.2, max_delay=2),
+        command_retry=KazooRetry(max_tries=5, delay=0.2, max_delay=2),
+    )
+    try:
+        zk.start(timeout=timeout)
+    except Exception as e:
+        zk.close()
+        raise CoordinationError(
+            f"cannot connect to ZooKeeper at {cfg.connect} within {timeout:.0f} s: {e}"
+        ) from e
+    return zk
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)

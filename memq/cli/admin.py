@@ -1,0 +1,215 @@
+"""``memq topic ...`` and ``memq cluster status``: topic admin and cluster state."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import typer
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from memq.cli.options import STATE_DIR
+
+topic_app = typer.Typer(
+    help="Create, inspect, change and delete topics (clustered brokers).", no_args_is_help=True
+)
+cluster_app = typer.Typer(
+    help="Cluster state: brokers, governor, assignments, capacity.", no_args_is_help=True
+)
+err = Console(stderr=True, soft_wrap=True)
+
+BOOTSTRAP = typer.Option(
+    None,
+    "--bootstrap-servers",
+    "-b",
+    envvar="MEMQ_BOOTSTRAP",
+    help="Brokers host:port,... (default: the local stack).",
+)
+JSON = typer.Option(False, "--json", help="Print machine-readable JSON.")
+SET = typer.Option(
+    [], "--set", help="Topic setting KEY=VALUE with a dotted key, e.g. batch.ms=500 (repeatable)."
+)
+
+
+def _console() -> Console:
+    c = Console()
+    return c if c.is_terminal else Console(width=200)
+
+
+def _admin(bootstrap: str | None, state_dir: Path | None) -> Any:
+    from memq.client.admin import AdminClient
+
+    if state_dir is not None:
+        os.environ["MEMQ_STATE_DIR"] = str(state_dir)
+    return AdminClient(bootstrap)
+
+
+def parse_settings(pairs: list[str]) -> dict[str, Any]:
+    """``["batch.ms=500", "expected_mbps=20"]`` -> ``{"batch.ms": 500, "expected_mbps": 20}``."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key.strip():
+            raise typer.BadParameter(f"--set {pair!r}: use KEY=VALUE")
+        try:
+            out[key.strip()] = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            out[key.strip()] = raw
+    return out
+
+
+@topic_app.command("create")
+def create(
+    name: str = typer.Argument(..., help="Topic name."),
+    settings: list[str] = SET,
+    expected_mbps: float | None = typer.Option(
+        None, help="Expected ingest (MB/s): sizes the writer set."
+    ),
+    partitions: int | None = typer.Option(
+        None, help="Notification topic partitions (read parallelism)."
+    ),
+    if_not_exists: bool = typer.Option(
+        False, "--if-not-exists", help="Succeed if the topic exists."
+    ),
+    bootstrap: str | None = BOOTSTRAP,
+    state_dir: Path | None = STATE_DIR,
+    as_json: bool = JSON,
+) -> None:
+    """Create a topic: the cluster's topic defaults plus --set overrides, validated by the
+    broker; the governor then assigns its writers."""
+    s = parse_settings(settings)
+    if expected_mbps is not None:
+        s["expected_mbps"] = expected_mbps
+    if partitions is not None:
+        s["notification.partitions"] = partitions
+    cfg = _admin(bootstrap, state_dir).create_topic(name, s, if_not_exists=if_not_exists)
+    if as_json:
+        typer.echo(json.dumps(cfg, indent=2))
+    else:
+        err.print(
+            f"topic {name} ready (expected {cfg.get('expected_mbps')} MB/s, "
+            f"min {cfg.get('min_writers')} writers)"
+        )
+
+
+@topic_app.command("update")
+def update(
+    name: str = typer.Argument(..., help="Topic name."),
+    settings: list[str] = SET,
+    bootstrap: str | None = BOOTSTRAP,
+    state_dir: Path | None = STATE_DIR,
+) -> None:
+    """Change a topic's settings; its writers pick them up without a restart (open batches
+    are sealed and uploaded first)."""
+    if not settings:
+        raise typer.BadParameter("nothing to change: pass --set KEY=VALUE")
+    cfg = _admin(bootstrap, state_dir).update_topic(name, parse_settings(settings))
+    err.print(
+        f"topic {name} updated: "
+        + ", ".join(settings)
+        + f" (expected {cfg.get('expected_mbps')} MB/s)"
+    )
+
+
+@topic_app.command("delete")
+def delete(
+    name: str = typer.Argument(..., help="Topic name."),
+    yes: bool = typer.Option(False, "--yes", help="Do not ask for confirmation."),
+    bootstrap: str | None = BOOTSTRAP,
+    state_dir: Path | None = STATE_DIR,
+) -> None:
+    """Delete a topic: its writers seal their open batches and stop. Stored objects and
+    notifications stay (use S3 lifecycle rules and Kafka retention)."""
+    if not yes and not typer.confirm(f"delete topic {name!r}?"):
+        raise typer.Exit(1)
+    _admin(bootstrap, state_dir).delete_topic(name)
+    err.print(f"topic {name} deleted")
+
+
+@topic_app.command("list")
+def list_topics(
+    bootstrap: str | None = BOOTSTRAP, state_dir: Path | None = STATE_DIR, as_json: bool = JSON
+) -> None:
+    """List the cluster's topics with their writers."""
+    status = _admin(bootstrap, state_dir).cluster_status()
+    topics = status.get("topics", {})
+    if as_json:
+        typer.echo(json.dumps(topics, indent=2))
+        return
+    t = Table(title=f"topics of cluster {status.get('cluster')}")
+    for col in ("topic", "writers", "expected MB/s", "shortfall MB/s"):
+        t.add_column(col)
+    for name, info in sorted(topics.items()):
+        t.add_row(
+            name,
+            ", ".join(info.get("writers", [])) or "[red]none[/red]",
+            str(info.get("expected_mbps", "-")),
+            str(info.get("shortfall_mbps", 0) or ""),
+        )
+    _console().print(t)
+
+
+@topic_app.command("describe")
+def describe(
+    name: str = typer.Argument(..., help="Topic name."),
+    bootstrap: str | None = BOOTSTRAP,
+    state_dir: Path | None = STATE_DIR,
+    as_json: bool = JSON,
+) -> None:
+    """A topic's writers, storage, notification topic and limits."""
+    d = _admin(bootstrap, state_dir).describe_topic(name)
+    if as_json:
+        typer.echo(json.dumps(d, indent=2))
+        return
+    t = Table(title=f"topic {name}", show_header=False)
+    for k in (
+        "cluster",
+        "writers",
+        "expected_mbps",
+        "min_writers",
+        "shortfall_mbps",
+        "max_block_bytes",
+    ):
+        if k in d:
+            t.add_row(k, ", ".join(d[k]) if isinstance(d[k], list) else str(d[k]))
+    t.add_row("storage", json.dumps(d.get("storage")))
+    t.add_row("notification", json.dumps(d.get("notification")))
+    _console().print(t)
+
+
+@cluster_app.command("status")
+def status(
+    bootstrap: str | None = BOOTSTRAP, state_dir: Path | None = STATE_DIR, as_json: bool = JSON
+) -> None:
+    """Brokers (address, rack, capacity, load, topics), the governor, assignments, capacity
+    used and free, and any shortfall (topics the cluster cannot place)."""
+    s = _admin(bootstrap, state_dir).cluster_status()
+    if as_json:
+        typer.echo(json.dumps(s, indent=2))
+        return
+    c = _console()
+    mode = "standalone broker" if s.get("standalone") else f"governor {s.get('governor')}"
+    c.print(
+        f"cluster [bold]{s.get('cluster')}[/bold]: {mode}, assignment v{s.get('assignment_version', '-')}"
+    )
+    t = Table(title="brokers")
+    for col in ("broker", "address", "rack", "capacity MB/s", "load MB/s", "topics"):
+        t.add_column(col)
+    for b in s.get("brokers", []):
+        t.add_row(
+            b["id"],
+            f"{b['host']}:{b['port']}",
+            str(b.get("rack") or "-"),
+            str(b.get("capacity_mbps", "-")),
+            str(b.get("load_mbps", "-")),
+            ", ".join(b.get("topics", [])),
+        )
+    c.print(t)
+    if "capacity_mbps" in s:
+        c.print(f"capacity {s['capacity_mbps']} MB/s, used {s['used_mbps']}, free {s['free_mbps']}")
+    if s.get("shortfall"):
+        c.print(f"[red]shortfall (MB/s the cluster cannot place): {s['shortfall']}[/red]")
