@@ -181,12 +181,18 @@ class ClusterMember:
     def stop(self) -> None:
         """Deregister first (writers move away at once), then leave the election."""
         from kazoo.exceptions import NoNodeError
+        from kazoo.protocol.states import KazooState
 
         self._stopping = True
-        try:
-            self.zk.delete(self.layout.broker(self.broker_id))
-        except (NoNodeError, Exception) as e:
-            log.debug("deregistering: %s", e)
+        # Bounded: with ZooKeeper unreachable a plain delete() waits for a reconnect that may
+        # never come. Skipping it is safe: the ephemeral node dies with the session anyway.
+        if self.zk.state == KazooState.CONNECTED:
+            try:
+                self.zk.delete_async(self.layout.broker(self.broker_id)).get(timeout=5.0)
+            except (NoNodeError, Exception) as e:
+                log.debug("deregistering: %s", e)
+        else:
+            log.warning("ZooKeeper is %s: leaving without deregistering", self.zk.state)
         self.governor.stop()
         self.zk.remove_listener(self._on_state)
         self.zk.stop()

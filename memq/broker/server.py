@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -357,8 +358,15 @@ class BrokerServer:
     async def serve_until_signal(self) -> None:
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
+
+        def on_signal() -> None:
+            if stop.is_set():  # a second signal: the operator wants out now
+                log.warning("second signal during drain: exiting without draining")
+                os._exit(1)
+            stop.set()
+
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, on_signal)
         await stop.wait()
         await self.shutdown()
 

@@ -213,6 +213,31 @@ def test_zookeeper_restart_brokers_reregister_and_keep_serving(
             stop(zk.process)
 
 
+def test_sigterm_with_zookeeper_gone_exits_within_deadline(
+    memq_stack: StackState, s3_bucket: str, tmp_path: Path
+) -> None:
+    """A draining broker must not wait forever to deregister from an unreachable ZooKeeper."""
+    port = free_port()
+    zk = ZooKeeperService().start(tmp_path / "zk", port)
+    cfg = cluster_config(memq_stack, s3_bucket, f"127.0.0.1:{port}", "/memq/gone", "g0")
+    b = start_broker(
+        tmp_path,
+        "g0",
+        cfg.model_dump(mode="json", by_alias=True, exclude_none=True),
+        memq_stack.aws_env(),
+    )
+    ref = ProcessRef(b["pid"], b["start_time"])
+    try:
+        assert zk.process is not None
+        stop(zk.process)
+        os.kill(b["pid"], signal.SIGTERM)
+        wait_for(lambda: True if not is_alive(ref) else None, timeout=30, what="broker exit")
+    finally:
+        stop(ref, timeout=5)
+        if zk.process is not None:
+            stop(zk.process)
+
+
 def test_kill9_one_broker_under_acks_all_load(
     memq_stack: StackState, s3_bucket: str, chroot: str, tmp_path: Path, unique_name: Any
 ) -> None:
