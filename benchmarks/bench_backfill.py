@@ -1,7 +1,7 @@
 """Backfill benchmark: Spark ``memq`` source -> Parquet, beside the storage ceiling.
 
-Writes a topic of 1 KiB records into the local stack's S3 (moto) the way brokers do
-(blocks -> batch objects -> ``S3Writer``), then measures in the same run:
+Produces a topic of 1 KiB records through a real broker (acks=all) into the local
+stack's S3 (moto), with notifications in its Kafka, then measures in the same run:
 
 - **ceiling**: a plain multi-threaded boto3 download of the same objects (list + GET,
   no decoding): the most any reader could get out of this S3;
@@ -12,15 +12,16 @@ Writes a topic of 1 KiB records into the local stack's S3 (moto) the way brokers
 
 Each is run ``repeats`` times (3; 1 with ``--quick``), interleaved, and the best run of
 each counts (same policy for all).
-- **memq.Consumer**: slot for the consumer baseline; not measured until the consumer
-  exists (recorded as such, never estimated).
+- **memq.Consumer**: a consumer group reading the same objects through their
+  notifications, with as many fetch threads as the ceiling uses.
 
 Prints a table and writes ``benchmarks/results/backfill.json``.
 
     python benchmarks/bench_backfill.py [--quick] [--out PATH] [--compression none|zstd]
 
 Target: backfill records/s >= 0.7x the ceiling's. Uses a running stack named by
-MEMQ_S3_ENDPOINT (plus MEMQ_KAFKA_BOOTSTRAP, MEMQ_ZK_CONNECT), else starts one.
+MEMQ_S3_ENDPOINT (plus MEMQ_KAFKA_BOOTSTRAP, MEMQ_ZK_CONNECT), else starts one; the
+broker runs in its own process either way.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ import argparse
 import json
 import os
 import platform
-import random
 import shutil
 import sys
 import tempfile
@@ -39,62 +39,94 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import benchlib
+
 from memq.devstack import DevStack, StackState
-from memq.formats import Compression, batch_id, encode_batch, encode_block, parse_compression
-from storage_handlers.s3 import S3Config, S3Writer
+from memq.devstack.brokers import start_broker
+from memq.devstack.procs import ProcessRef, stop
+from memq.formats import Compression, parse_compression
 
 TARGET_RATIO = 0.7
 RECORD = 1024
 BLOCK_RECORDS = 1024  # 1 MiB of payload per block
 CLUSTER = "bench"
-T0 = 1_763_776_800_000
 
 
-def _values(n: int, seed: int = 42) -> list[bytes]:
-    """Log-like, partly compressible 1 KiB values (as bench_formats makes)."""
-    rng = random.Random(seed)
-    words = [b"GET", b"POST", b"/api/v1/items", b"/login", b"status=200", b"status=404", b"ms="]
-    out = []
-    for _ in range(n):
-        parts: list[bytes] = []
-        size = 0
-        while size < RECORD:
-            w = rng.choice(words) if rng.random() < 0.6 else rng.randbytes(8).hex().encode()
-            parts.append(w)
-            size += len(w) + 1
-        out.append(b" ".join(parts)[:RECORD])
-    return out
+def broker_config(state: StackState, bucket: str, batch_bytes: int) -> dict[str, Any]:
+    return {
+        "broker_id": "bench-backfill",
+        "cluster": CLUSTER,
+        "port": 0,
+        "http_port": 0,
+        "topic_defaults": {
+            "storage": {
+                "type": "s3",
+                "s3": {"bucket": bucket, "endpoint_url": state.s3_endpoint, "region": "us-east-1"},
+            },
+            "notification": {"bootstrap_servers": state.kafka_bootstrap, "partitions": 4},
+            "batch": {"bytes": batch_bytes, "ms": 1000},
+        },
+        "topics": [{"name": "logs"}, {"name": "warm"}],
+    }
 
 
-def write_topic(
-    state: StackState, bucket: str, topic: str, objects: int, blocks: int, codec: Compression
-) -> tuple[int, int]:
-    """Upload ``objects`` batch objects of ``blocks`` 1 MiB blocks; returns (records, bytes)."""
-    cfg = S3Config(bucket=bucket, endpoint_url=state.s3_endpoint, region="us-east-1")
-    writer = S3Writer(cfg, CLUSTER)
-    values = _values(BLOCK_RECORDS)
+def write_topic(endpoint: str, topic: str, records: int, codec: Compression) -> int:
+    """Produce ``records`` 1 KiB values (acks=all) through the broker; returns payload bytes."""
+    from memq import Producer
 
-    def one(i: int) -> int:
-        created = T0 + i * 30_000  # 30 s apart: a few objects per hour folder
-        encoded = []
-        for b in range(blocks):
-            ts = created - 60_000 + b * BLOCK_RECORDS
-            recs = [(ts + j, None, v, None) for j, v in enumerate(values)]
-            encoded.append(
-                encode_block(
-                    recs, producer_id=1, epoch=0, sequence=i * blocks + b, compression=codec
-                )
-            )
-        data = encode_batch(encoded)
-        writer.store(topic, batch_id(created, "bench-1", i), created, data)
-        return len(data)
-
-    with ThreadPoolExecutor(8) as pool:
-        sizes = list(pool.map(one, range(objects)))
-    return objects * blocks * BLOCK_RECORDS, sum(sizes)
+    values = benchlib.log_records(records, RECORD)
+    conf = {
+        "bootstrap.servers": endpoint,
+        "compression.type": codec.name.lower(),
+        "batch.size": BLOCK_RECORDS * RECORD,
+        "linger.ms": 5,
+    }
+    with Producer(conf) as p:
+        for v in values:
+            p.produce(topic, v)
+        if p.flush(600):
+            raise SystemExit(f"producing {topic} did not complete in 600 s")
+    return sum(map(len, values))
 
 
-def ceiling(state: StackState, bucket: str, threads: int) -> dict[str, float]:
+def consume(endpoint: str, topic: str, records: int, threads: int) -> dict[str, Any]:
+    """Read the whole topic with a new ``memq.Consumer`` group (time to the last record)."""
+    from memq import Consumer
+
+    c = Consumer(
+        {
+            "bootstrap.servers": endpoint,
+            "group.id": f"bench-backfill-{uuid.uuid4().hex[:8]}",
+            "auto.offset.reset": "earliest",
+            "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 1000,
+            "enable.auto.commit": False,
+            "fetch.concurrency": threads,
+            "prefetch.objects": threads * 2,
+        }
+    )
+    try:
+        start = time.perf_counter()
+        c.subscribe(topic)
+        got = 0
+        t0: float | None = None
+        deadline = time.monotonic() + 600
+        while got < records and time.monotonic() < deadline:
+            n = len(c.consume(5000, 1.0))
+            if n and t0 is None:  # the Kafka group join (seconds on Tansu) is not reading
+                t0 = time.perf_counter()
+            got += n
+        end = time.perf_counter()
+        seconds = end - (t0 or end)
+        objects = c.stats.objects
+    finally:
+        c.close()
+    if got != records:
+        raise SystemExit(f"memq.Consumer read {got} records of {records}")
+    return {"seconds": seconds, "objects": objects, "join_seconds": (t0 or end) - start}
+
+
+def ceiling(state: StackState, bucket: str, threads: int, topic: str) -> dict[str, float]:
     """List the bucket and GET every object with ``threads`` threads (no decoding)."""
     import boto3
     from botocore.config import Config
@@ -110,6 +142,7 @@ def ceiling(state: StackState, bucket: str, threads: int) -> dict[str, float]:
         o["Key"]
         for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket)
         for o in page.get("Contents", [])
+        if f"/{topic}/" in o["Key"]
     ]
 
     def get(key: str) -> int:
@@ -124,23 +157,28 @@ def run(quick: bool, codec: Compression, master: str) -> dict[str, Any]:
     objects, blocks = (12, 2) if quick else (64, 8)
     repeats = 1 if quick else 3
     threads = 8
+    records = objects * blocks * BLOCK_RECORDS
     ext = os.environ.get("MEMQ_S3_ENDPOINT")
     tmp = Path(tempfile.mkdtemp(prefix="memq-bench-backfill-"))
     stack = DevStack(tmp / "stack")
     state = stack.up()
+    broker = None
     try:
         for k, v in state.aws_env().items():
             os.environ.setdefault(k, v)
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         bucket = f"bench-backfill-{uuid.uuid4().hex[:8]}"
-        warm = f"{bucket}-warm"
-        s3 = state.s3_client()
-        s3.create_bucket(Bucket=bucket)
-        s3.create_bucket(Bucket=warm)
+        state.s3_client().create_bucket(Bucket=bucket)
+        broker = start_broker(
+            tmp,
+            "broker",
+            broker_config(state, bucket, blocks * BLOCK_RECORDS * RECORD),
+            state.aws_env(),
+        )
         t = time.perf_counter()
-        records, size = write_topic(state, bucket, "logs", objects, blocks, codec)
-        write_topic(state, warm, "logs", 4, 1, codec)
+        payload = write_topic(broker["endpoint"], "logs", records, codec)
         write_s = time.perf_counter() - t
+        write_topic(broker["endpoint"], "warm", 4 * BLOCK_RECORDS, codec)
 
         from pyspark.sql import SparkSession
 
@@ -162,10 +200,11 @@ def run(quick: bool, codec: Compression, master: str) -> dict[str, Any]:
                     "endpoint_url": state.s3_endpoint, "region": "us-east-1"}  # fmt: skip
             # Warm-up: JIT, and one Python worker per core (one object per partition).
             tiny = {"min_partition_bytes": "1", "target_partition_bytes": "1"}
-            run_backfill(session, {**opts, **tiny, "bucket": warm}, str(tmp / "warm"))
-            ceilings, backfills, sources = [], [], []
+            run_backfill(session, {**opts, **tiny, "topic": "warm"}, str(tmp / "warm"))
+            ceilings, backfills, sources, consumers = [], [], [], []
             for rep in range(repeats):
-                ceilings.append(ceiling(state, bucket, threads))
+                ceilings.append(ceiling(state, bucket, threads, "logs"))
+                consumers.append(consume(broker["endpoint"], "logs", records, threads))
                 t = time.perf_counter()
                 session.read.format("memq").options(**opts).load().write.format("noop").mode(
                     "overwrite"
@@ -174,13 +213,16 @@ def run(quick: bool, codec: Compression, master: str) -> dict[str, Any]:
                 backfills.append(run_backfill(session, opts, str(tmp / f"out{rep}")))
         finally:
             session.stop()
+        stored = ceilings[0]["objects"]
+        size = ceilings[0]["bytes"]
         for result in backfills:
-            if result.records != records or result.objects != objects:
+            if result.records != records or result.objects != stored:
                 raise SystemExit(
                     f"backfill read {result.records} records / {result.objects} objects, "
-                    f"wrote {records} / {objects}"
+                    f"wrote {records} / {stored}"
                 )
         best = min(ceilings, key=lambda c: c["seconds"])
+        cons = min(consumers, key=lambda c: c["seconds"])
         result = min(backfills, key=lambda r: r.seconds)
         source_s = min(sources)
         ceil_rps = records / best["seconds"]
@@ -188,6 +230,8 @@ def run(quick: bool, codec: Compression, master: str) -> dict[str, Any]:
         ratio = result.records_per_s / ceil_rps
         out_bytes = sum(f.stat().st_size for f in (tmp / "out0").rglob("*.parquet"))
     finally:
+        if broker is not None:
+            stop(ProcessRef(broker["pid"], broker.get("start_time")), timeout=60)
         stack.down()
         shutil.rmtree(tmp, ignore_errors=True)
     return {
@@ -203,10 +247,12 @@ def run(quick: bool, codec: Compression, master: str) -> dict[str, Any]:
             "s3": "external" if ext else "moto server (local stack)",
         },
         "data": {
-            "objects": objects,
-            "blocks_per_object": blocks,
+            "objects": stored,
+            "batch_bytes": blocks * BLOCK_RECORDS * RECORD,
+            "block_records": BLOCK_RECORDS,
             "record_bytes": RECORD,
             "records": records,
+            "payload_bytes": payload,
             "object_bytes": size,
             "compression": codec.name.lower(),
             "write_seconds": round(write_s, 2),
@@ -245,9 +291,17 @@ def run(quick: bool, codec: Compression, master: str) -> dict[str, Any]:
                 "spark_start_seconds": round(spark_start_s, 2),
             },
             "memq_consumer": {
-                "measured": False,
-                "reason": "memq.Consumer does not exist yet; fill this slot when it lands",
-                "records_per_s": None,
+                "what": "memq.Consumer group: notifications from Kafka, GET, decode, hand out",
+                "fetch_concurrency": threads,
+                "seconds": round(cons["seconds"], 3),
+                "timed": "first record to last (the group join before it is excluded)",
+                "join_seconds": round(cons["join_seconds"], 2),
+                "runs_seconds": [round(c["seconds"], 3) for c in consumers],
+                "objects": cons["objects"],
+                "records_per_s": round(records / cons["seconds"]),
+                "MBps": round(size / 1e6 / cons["seconds"], 1),
+                "vs_ceiling": round(records / cons["seconds"] / ceil_rps, 3),
+                "backfill_vs_consumer": round(result.records_per_s * cons["seconds"] / records, 3),
             },
         },
     }
@@ -290,7 +344,14 @@ def print_table(doc: dict[str, Any]) -> None:
         f"{s['MBps']:.1f}",
         f"{s['vs_ceiling']:.3f}",
     )
-    t.add_row("memq.Consumer", "-", "not measured", "-", "-")
+    m = doc["results"]["memq_consumer"]
+    t.add_row(
+        f"memq.Consumer x{m['fetch_concurrency']}",
+        f"{m['seconds']:.2f}",
+        f"{m['records_per_s']:,}",
+        f"{m['MBps']:.1f}",
+        f"{m['vs_ceiling']:.3f}",
+    )
     console = Console(width=max(Console().width, 100))
     console.print(t)
     tg = doc["target"]

@@ -23,6 +23,7 @@ from memq.formats.batch import (
     verify_batch_block,
 )
 from memq.formats.block import decode_columns
+from memq.formats.gcpause import gc_paused
 from memq.formats.notification import Notification
 from storage_handlers.base import StorageReader
 
@@ -97,41 +98,57 @@ def fetch_object(
             base = header.entries[first].offset
             data = reader.read(note.bucket, note.key, base, header.object_size)
             nbytes = hlen + len(data)
-        view = memoryview(data)
-        messages: list[Message] = []
-        make = functools.partial(tuple.__new__, Message)
-        topic, key = note.topic, note.key
-        floor = start.min_timestamp
-        for bi in range(first, header.block_count):
-            e = header.entries[bi]
-            block = view[e.offset - base : e.offset - base + e.length]
-            bh = verify_batch_block(block, e, index=bi)
-            ts, keys, values, hdrs = decode_columns(block, bh)
-            skip = start.record if bi == start.block else 0
-            n = len(ts)
-            # One C-level pass builds the block's Message tuples (no per-record bytecode).
-            rows = zip(
-                repeat(topic, n),
-                repeat(partition, n),
-                repeat(offset, n),
-                repeat(bi, n),
-                range(n),
-                ts,
-                keys,
-                values,
-                hdrs,
-                repeat(bh.producer_id, n),
-                repeat(bh.epoch, n),
-                repeat(bh.sequence, n),
-                repeat(key, n),
-                strict=True,
-            )
-            block_messages = list(map(make, islice(rows, skip, None)))
-            if floor is not None and min(ts) < floor:
-                block_messages = [m for m in block_messages if m.timestamp >= floor]
-            messages.extend(block_messages)
+        with gc_paused():
+            messages = _decode(data, header, base, first, note, partition, offset, start)
     except CorruptObjectError:
         raise
     except MemqFormatError as e:
         raise CorruptObjectError(f"object {note.key} is corrupt: {e}", key=note.key) from e
     return FetchedObject(note, partition, offset, messages, nbytes, clock() - t0)
+
+
+def _decode(
+    data: bytes | bytearray | memoryview,
+    header: BatchHeader,
+    base: int,
+    first: int,
+    note: Notification,
+    partition: int,
+    offset: int,
+    start: Start,
+) -> list[Message]:
+    """Blocks ``first..`` of a verified header into Messages (``data`` starts at ``base``)."""
+    view = memoryview(data)
+    messages: list[Message] = []
+    make = functools.partial(tuple.__new__, Message)
+    topic, key = note.topic, note.key
+    floor = start.min_timestamp
+    for bi in range(first, header.block_count):
+        e = header.entries[bi]
+        block = view[e.offset - base : e.offset - base + e.length]
+        bh = verify_batch_block(block, e, index=bi)
+        ts, keys, values, hdrs = decode_columns(block, bh)
+        skip = start.record if bi == start.block else 0
+        n = len(ts)
+        # One C-level pass builds the block's Message tuples (no per-record bytecode).
+        rows = zip(
+            repeat(topic, n),
+            repeat(partition, n),
+            repeat(offset, n),
+            repeat(bi, n),
+            range(n),
+            ts,
+            keys,
+            values,
+            hdrs,
+            repeat(bh.producer_id, n),
+            repeat(bh.epoch, n),
+            repeat(bh.sequence, n),
+            repeat(key, n),
+            strict=True,
+        )
+        block_messages = list(map(make, islice(rows, skip, None)))
+        if floor is not None and min(ts) < floor:
+            block_messages = [m for m in block_messages if m.timestamp >= floor]
+        messages.extend(block_messages)
+    return messages
