@@ -6,14 +6,14 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from memq.config import ClientConfig
+from memq.config import AuditedClientConfig
 
 __all__ = ["ConsumerConfig"]
 
 MiB = 1024 * 1024
 
 
-class ConsumerConfig(ClientConfig):
+class ConsumerConfig(AuditedClientConfig):
     """Settings of ``memq.Consumer``: the names and meanings Kafka users know."""
 
     #: MemQ brokers (host:port,...), asked once for the topic's notification topic and storage.
@@ -27,9 +27,11 @@ class ConsumerConfig(ClientConfig):
     )
     #: Commit, during poll(), the objects already fully handed to the application.
     enable_auto_commit: bool = Field(default=True, alias="enable.auto.commit")
+    #: How often poll()/consume() commit with enable.auto.commit.
     auto_commit_interval_ms: int = Field(default=5000, ge=100, alias="auto.commit.interval.ms")
     #: Kafka group session timeout (a dead member is noticed after this long).
     session_timeout_ms: int = Field(default=45_000, ge=1000, alias="session.timeout.ms")
+    #: Kafka group heartbeat period (below a third of session.timeout.ms).
     heartbeat_interval_ms: int = Field(default=3000, ge=100, alias="heartbeat.interval.ms")
     #: Objects fetched ahead of the application (concurrently).
     prefetch_objects: int = Field(default=8, ge=1, le=1024, alias="prefetch.objects")
@@ -49,7 +51,10 @@ class ConsumerConfig(ClientConfig):
     storage: dict[str, Any] = {}
     #: Extra librdkafka settings for the notification consumer (security.protocol, sasl.*).
     kafka: dict[str, str | int | float | bool] = {}
+    #: Deadline of the metadata request to the brokers at subscribe().
     metadata_timeout_ms: int = Field(default=10_000, ge=100, alias="metadata.timeout.ms")
+    #: Name of this client in audit records and logs.
+    client_id: str = Field(default="memq-consumer", alias="client.id")
 
     def bootstrap_list(self) -> list[str]:
         return [s.strip() for s in (self.bootstrap_servers or "").split(",") if s.strip()]

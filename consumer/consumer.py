@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from consumer.config import ConsumerConfig
-from consumer.fetcher import FetchedObject, Start, fetch_object
+from consumer.fetcher import BlockAudit, FetchedObject, Start, fetch_object
 from consumer.message import Message, MessageId
 from consumer.notifications import NotificationProbe, NotificationSource, Polled
+from memq.audit.client import ClientAudit
 from memq.client.bootstrap import fetch_metadata, resolve_bootstrap
 from memq.errors import (
     ClientClosedError,
@@ -60,6 +61,7 @@ class _Pending:
     notification: Notification
     start: Start | None
     future: Future[FetchedObject]
+    blocks: list[BlockAudit] = field(default_factory=list)  # set once it is current
 
 
 @dataclass
@@ -103,6 +105,13 @@ class Consumer:
         self.config = cfg
         self.bootstrap = resolve_bootstrap(cfg.bootstrap_list())
         self.on_skip = on_skip
+        #: Audit records of handed-out blocks (audit.enable; on by default on the local stack).
+        self._audit = (
+            ClientAudit(cfg, cfg.client_id)
+            if cfg.audit_enabled(uses_local_stack=not cfg.bootstrap_list())
+            else None
+        )
+        self._notify_kafka: str | None = None
         self._topics: dict[str, _Topic] = {}  # notification topic -> topic
         self._source: NotificationSource | None = None
         self._probe: NotificationProbe | None = None
@@ -168,7 +177,8 @@ class Consumer:
                 f"topics {names} notify to different Kafka clusters ({sorted(kafka)}): "
                 "use one consumer per cluster"
             )
-        conf = self._kafka_conf(kafka.pop())
+        self._notify_kafka = kafka.pop()
+        conf = self._kafka_conf(self._notify_kafka)
         self._user_on_assign, self._user_on_revoke = on_assign, on_revoke
         if self._source is None:
             self._source = NotificationSource(conf)
@@ -230,7 +240,10 @@ class Consumer:
         assert note is not None
         start = self._starts.pop((tp, polled.offset), None)
         reader = self._topics[polled.topic].reader
-        fut = self._pool.submit(fetch_object, reader, note, polled.partition, polled.offset, start)
+        fut = self._pool.submit(
+            fetch_object, reader, note, polled.partition, polled.offset, start,
+            audit=self._audit is not None,
+        )  # fmt: skip
         self._queue.append(_Pending(tp, polled.offset, note, start, fut))
         self._queued_bytes += note.size
 
@@ -273,6 +286,40 @@ class Consumer:
         self._done[pending.tp] = pending.offset + 1
         self.stats.objects += 1
         self.stats.record_counts.append(pending.notification.record_count)
+        if self._audit is not None and pending.blocks:
+            self._audit_object(pending)
+
+    def _audit_object(self, pending: _Pending) -> None:
+        """One audit record per block of ``pending`` that was handed out."""
+        assert self._audit is not None
+        note = pending.notification
+        now = int(time.time() * 1000)
+        for b in pending.blocks:
+            self._audit.emit(
+                {
+                    "kind": "consumed",
+                    "topic": self._topics[pending.tp[0]].name,
+                    "producer_id": b.producer_id,
+                    "epoch": b.epoch,
+                    "sequence": b.sequence,
+                    "records": b.records,
+                    "content_crc": b.content_crc,
+                    "min_timestamp": b.min_timestamp,
+                    "time": now,
+                    "bucket": note.bucket,
+                    "key": note.key,
+                    "group": self.config.group_id,
+                    "block_index": b.index,
+                },
+                self._notify_kafka,
+            )
+        pending.blocks = []
+
+    def audit_stats(self) -> dict[str, int]:
+        """Audit records emitted, delivered and dropped (zeros when auditing is off)."""
+        if self._audit is None:
+            return {"audit_emitted": 0, "audit_delivered": 0, "audit_dropped": 0}
+        return self._audit.stats()
 
     def _next_object(self, deadline: float | None) -> bool:
         """Make the next object current; False if none became ready before ``deadline``."""
@@ -305,6 +352,7 @@ class Consumer:
                     head.tp[1],
                     head.offset,
                     head.start,
+                    audit=self._audit is not None,
                 )
                 raise
             self._queue.popleft()
@@ -315,6 +363,7 @@ class Consumer:
                 self._object_done(head)
                 continue
             self._current, self._current_pos, self._current_pending = fetched.messages, 0, head
+            head.blocks = fetched.blocks
             return True
 
     @staticmethod
@@ -550,6 +599,8 @@ class Consumer:
                 self._probe.close()
             for t in self._topics.values():
                 t.reader.close()
+            if self._audit is not None:
+                self._audit.close()
 
     def __enter__(self) -> Consumer:
         return self

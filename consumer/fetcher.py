@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import islice, repeat
 
 from consumer.message import Message
@@ -22,12 +22,12 @@ from memq.formats.batch import (
     decode_batch_header,
     verify_batch_block,
 )
-from memq.formats.block import decode_columns
+from memq.formats.block import decode_columns, decode_columns_with_crc
 from memq.formats.gcpause import gc_paused
 from memq.formats.notification import Notification
 from storage_handlers.base import StorageReader
 
-__all__ = ["FetchedObject", "Start", "fetch_object"]
+__all__ = ["BlockAudit", "FetchedObject", "Start", "fetch_object"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +39,19 @@ class Start:
     min_timestamp: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class BlockAudit:
+    """What a consumer reports about one block it hands out (audit records)."""
+
+    index: int
+    producer_id: int
+    epoch: int
+    sequence: int
+    records: int  # messages handed out from the block (fewer after a seek into it)
+    content_crc: int
+    min_timestamp: int
+
+
 @dataclass(slots=True)
 class FetchedObject:
     notification: Notification
@@ -47,6 +60,8 @@ class FetchedObject:
     messages: list[Message]
     bytes_read: int
     seconds: float
+    #: Per block, when fetched with ``audit=True``.
+    blocks: list[BlockAudit] = field(default_factory=list)
 
 
 def _verify_header(header: BatchHeader, note: Notification) -> None:
@@ -66,6 +81,7 @@ def fetch_object(
     offset: int,
     start: Start | None = None,
     clock: Callable[[], float] = time.monotonic,
+    audit: bool = False,
 ) -> FetchedObject:
     """GET (part of) one object, verify it against its notification, decode its records."""
     t0 = clock()
@@ -98,13 +114,14 @@ def fetch_object(
             base = header.entries[first].offset
             data = reader.read(note.bucket, note.key, base, header.object_size)
             nbytes = hlen + len(data)
+        blocks: list[BlockAudit] | None = [] if audit else None
         with gc_paused():
-            messages = _decode(data, header, base, first, note, partition, offset, start)
+            messages = _decode(data, header, base, first, note, partition, offset, start, blocks)
     except CorruptObjectError:
         raise
     except MemqFormatError as e:
         raise CorruptObjectError(f"object {note.key} is corrupt: {e}", key=note.key) from e
-    return FetchedObject(note, partition, offset, messages, nbytes, clock() - t0)
+    return FetchedObject(note, partition, offset, messages, nbytes, clock() - t0, blocks or [])
 
 
 def _decode(
@@ -116,8 +133,12 @@ def _decode(
     partition: int,
     offset: int,
     start: Start,
+    blocks: list[BlockAudit] | None,
 ) -> list[Message]:
-    """Blocks ``first..`` of a verified header into Messages (``data`` starts at ``base``)."""
+    """Blocks ``first..`` of a verified header into Messages (``data`` starts at ``base``).
+
+    With ``blocks`` (a list), also appends each block's :class:`BlockAudit`.
+    """
     view = memoryview(data)
     messages: list[Message] = []
     make = functools.partial(tuple.__new__, Message)
@@ -127,7 +148,10 @@ def _decode(
         e = header.entries[bi]
         block = view[e.offset - base : e.offset - base + e.length]
         bh = verify_batch_block(block, e, index=bi)
-        ts, keys, values, hdrs = decode_columns(block, bh)
+        if blocks is None:
+            ts, keys, values, hdrs = decode_columns(block, bh)
+        else:
+            (ts, keys, values, hdrs), crc = decode_columns_with_crc(block, bh)
         skip = start.record if bi == start.block else 0
         n = len(ts)
         # One C-level pass builds the block's Message tuples (no per-record bytecode).
@@ -151,4 +175,11 @@ def _decode(
         if floor is not None and min(ts) < floor:
             block_messages = [m for m in block_messages if m.timestamp >= floor]
         messages.extend(block_messages)
+        if blocks is not None and block_messages:
+            blocks.append(
+                BlockAudit(
+                    bi, bh.producer_id, bh.epoch, bh.sequence, len(block_messages), crc,
+                    bh.min_timestamp,
+                )
+            )  # fmt: skip
     return messages

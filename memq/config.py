@@ -23,6 +23,7 @@ from memq.errors import ConfigError
 from memq.retry import RetryPolicy
 
 __all__ = [
+    "AuditedClientConfig",
     "BatchConfig",
     "BrokerConfig",
     "ClientConfig",
@@ -37,6 +38,7 @@ __all__ = [
     "env_overrides",
     "format_validation_error",
     "load_broker_config",
+    "read_config_layers",
     "validate_model",
 ]
 
@@ -404,22 +406,27 @@ def validate_model(model: type[M], data: Any, source: str) -> M:
         raise ConfigError(format_validation_error(model, e, source)) from None
 
 
-def load_broker_config(
-    path: str | Path | None = None,
+def read_config_layers(
+    path: str | Path | None,
+    data: Mapping[str, Any] | None,
+    env: Mapping[str, str] | None,
     *,
-    data: Mapping[str, Any] | None = None,
-    env: Mapping[str, str] | None = None,
-) -> BrokerConfig:
-    """Read a broker YAML file (and/or a dict), apply env overrides, validate."""
+    what: str,
+    prefix: str,
+) -> tuple[dict[str, Any], str]:
+    """YAML file, then ``data``, then ``<prefix>A__B`` env overrides, deep-merged.
+
+    Returns the raw mapping and a description of its source for error messages.
+    """
     raw: dict[str, Any] = {}
-    source = "broker config"
+    source = what
     if path is not None:
         p = Path(path)
-        source = f"broker config {p}"
+        source = f"{what} {p}"
         try:
             loaded = yaml.safe_load(p.read_text()) or {}
         except FileNotFoundError:
-            raise ConfigError(f"broker config {p} does not exist: pass --config PATH") from None
+            raise ConfigError(f"{what} {p} does not exist: pass --config PATH") from None
         except yaml.YAMLError as e:
             raise ConfigError(f"{source} is not valid YAML: {e}") from None
         if not isinstance(loaded, dict):
@@ -427,7 +434,18 @@ def load_broker_config(
         raw = loaded
     if data is not None:
         raw = deep_merge(raw, data)
-    raw = deep_merge(raw, env_overrides(os.environ if env is None else env))
+    raw = deep_merge(raw, env_overrides(os.environ if env is None else env, prefix))
+    return raw, source
+
+
+def load_broker_config(
+    path: str | Path | None = None,
+    *,
+    data: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> BrokerConfig:
+    """Read a broker YAML file (and/or a dict), apply env overrides, validate."""
+    raw, source = read_config_layers(path, data, env, what="broker config", prefix="MEMQ__")
     defaults = raw.get("topic_defaults")
     if isinstance(defaults, dict) and isinstance(raw.get("topics"), list):
         raw["topics"] = [
@@ -450,3 +468,24 @@ class ClientConfig(BaseModel):
     def from_mapping(cls, data: Mapping[str, Any] | None = None, **kwargs: Any) -> Self:
         merged = {**(data or {}), **kwargs}
         return validate_model(cls, merged, f"{cls.__name__} settings")
+
+
+class AuditedClientConfig(ClientConfig):
+    """Client settings shared by producers and consumers: audit records (``audit.*``)."""
+
+    #: Emit one audit record per acked (producer) or consumed (consumer) block to
+    #: audit.topic. None (default): on when the client uses the local stack (no
+    #: bootstrap.servers, as ``memq dev`` and the demo do), off otherwise.
+    audit_enable: bool | None = Field(default=None, alias="audit.enable")
+    #: Kafka topic of the audit records (what ``memq audit serve`` reads).
+    audit_topic: str = Field(default="memq.audit", alias="audit.topic", pattern=NAME)
+    #: Kafka of the audit topic; None: the Kafka the brokers publish notifications to.
+    audit_bootstrap_servers: str | None = Field(default=None, alias="audit.bootstrap.servers")
+    #: Audit records queued for Kafka at most; beyond it they are dropped and counted
+    #: (the data path never waits for auditing).
+    audit_queue_max: int = Field(default=100_000, ge=100, alias="audit.queue.max")
+    #: Extra librdkafka settings of the audit producer (security.protocol, sasl.*).
+    audit_kafka: dict[str, str | int | float | bool] = Field(default={}, alias="audit.kafka")
+
+    def audit_enabled(self, uses_local_stack: bool) -> bool:
+        return self.audit_enable if self.audit_enable is not None else uses_local_stack

@@ -10,6 +10,7 @@ import inspect
 import re
 import sys
 from enum import Enum
+from pathlib import PurePath
 from typing import Any
 
 from pydantic import BaseModel
@@ -70,6 +71,8 @@ def _default(field: Any) -> str:
         return "(defaults)"
     if d is None:
         return "null"
+    if isinstance(d, PurePath):
+        return f"`{d}`"
     return f"`{d!r}`".replace("'", "") if not isinstance(d, bool) else f"`{str(d).lower()}`"
 
 
@@ -122,6 +125,8 @@ topics:
 
 
 def render() -> str:
+    from consumer.config import ConsumerConfig
+    from memq.audit.config import AuditKafkaConfig, AuditorConfig
     from memq.producer.config import ProducerConfig
 
     parts = [
@@ -144,6 +149,18 @@ def render() -> str:
             "Keys are Kafka's dotted names; the snake_case field names work too "
             "(`Producer(linger_ms=5)`).",
         ),
+        _table(
+            "Consumer (`memq.Consumer`)",
+            ConsumerConfig,
+            "Keys are Kafka's dotted names; the snake_case field names work too.",
+        ),
+        _table(
+            "Auditor (`memq audit serve --config auditor.yaml`)",
+            AuditorConfig,
+            "Environment overrides: `MEMQ_AUDITOR__<KEY>[__<SUBKEY>]=value`, e.g. "
+            "`MEMQ_AUDITOR__HTTP_PORT=9000`.",
+        ),
+        _table("Auditor Kafka (`kafka`)", AuditKafkaConfig),
     ]
     return "\n".join(parts).rstrip() + "\n"
 

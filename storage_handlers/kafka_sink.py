@@ -57,6 +57,7 @@ def ensure_topic(
     replication_factor: int = -1,
     extra: dict[str, Any] | None = None,
     timeout: float = 15.0,
+    what: str = "notification topic",
 ) -> bool:
     """Create ``topic`` if missing; True when it was created by this call."""
     from confluent_kafka import KafkaError, KafkaException
@@ -81,7 +82,7 @@ def ensure_topic(
     except KafkaException as e:
         if e.args and e.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
             return False
-        raise NotificationError(f"cannot create notification topic {topic!r}: {e}") from e
+        raise NotificationError(f"cannot create {what} {topic!r}: {e}") from e
     return True
 
 

@@ -29,18 +29,31 @@ def up(
         None, help="Fixed port for ZooKeeper (default: a free one)."
     ),
     brokers: int = typer.Option(1, min=0, max=16, help="MemQ brokers to start (0: servers only)."),
+    auditor: bool = typer.Option(
+        True, "--auditor/--no-auditor", help="Start the auditor and its dashboard."
+    ),
+    auditor_port: int | None = typer.Option(
+        None, help="Fixed port for the audit dashboard (default: a free one)."
+    ),
 ) -> None:
     """Start the servers (skipping any named by MEMQ_S3_ENDPOINT, MEMQ_KAFKA_BOOTSTRAP,
     MEMQ_ZK_CONNECT), wait until each is ready, then start the MemQ broker(s) with
-    auto_create_topics on. Clients (memq produce, memq.Producer) find them through the
-    state dir when no bootstrap is given."""
+    auto_create_topics on, and the auditor (dashboard URL in the table). Clients (memq
+    produce, memq.Producer) find them through the state dir when no bootstrap is given,
+    and then emit audit records by default."""
     s = stack(state_dir)
     t0 = time.monotonic()
     with err.status("starting the local stack...") as status:
         state = s.up(
-            ports={"s3": s3_port, "kafka": kafka_port, "zookeeper": zk_port},
+            ports={
+                "s3": s3_port,
+                "kafka": kafka_port,
+                "zookeeper": zk_port,
+                "auditor": auditor_port,
+            },
             progress=status.console.log,
             brokers=brokers,
+            auditor=auditor,
         )
     err.print(f"local stack up in {time.monotonic() - t0:.1f} s (state: {state.state_dir})")
     _print_table(s)
@@ -67,6 +80,8 @@ def _print_table(s: object) -> None:
         f"S3 bucket: {state.bucket}    Kafka bootstrap: {state.kafka_bootstrap}    "
         f"ZooKeeper: {state.zk_connect}"
     )
+    if state.extra.get("auditor"):
+        out.print(f"Audit dashboard: {state.extra['auditor']['url']}")
     if not all(h.healthy for h in health):
         raise typer.Exit(1)
 
@@ -102,6 +117,11 @@ def status(
             for b in state.extra.get("brokers", [])
             if b["name"] in health
         ],
+        "auditor": (
+            {**state.extra["auditor"], **health["auditor"].as_dict()}
+            if state.extra.get("auditor") and "auditor" in health
+            else None
+        ),
     }
     typer.echo(json.dumps(doc, indent=2))
     if not doc["healthy"]:

@@ -10,6 +10,7 @@ from rich.console import Console
 
 from memq import __version__
 from memq.cli import admin as admin_cmd
+from memq.cli import audit as audit_cmd
 from memq.cli import backfill as backfill_cmd
 from memq.cli import broker as broker_cmd
 from memq.cli import consume as consume_cmd
@@ -32,6 +33,7 @@ app = typer.Typer(
 app.add_typer(dev_cmd.app, name="dev")
 app.add_typer(admin_cmd.topic_app, name="topic")
 app.add_typer(admin_cmd.cluster_app, name="cluster")
+app.add_typer(audit_cmd.app, name="audit")
 app.command("demo")(demo_cmd.demo)
 app.command("broker")(broker_cmd.broker)
 app.command("produce")(produce_cmd.produce)

@@ -101,6 +101,11 @@ class MetadataCache:
         for name, t in meta.topics.items():
             self._topics[name] = (now, t)
 
+    def cached(self, topic: str) -> TopicMetadata | None:
+        """The last metadata seen for ``topic`` (however old), without asking."""
+        entry = self._topics.get(topic)
+        return entry[1] if entry else None
+
     def invalidate(self, topic: str) -> None:
         self._topics.pop(topic, None)
 

@@ -15,7 +15,13 @@ from memq.devstack import procs
 from memq.devstack.services import ServiceState
 from memq.errors import DevStackError
 
-__all__ = ["BROKER_READY_TIMEOUT", "broker_health", "dev_broker_config", "start_broker"]
+__all__ = [
+    "BROKER_READY_TIMEOUT",
+    "broker_health",
+    "dev_broker_config",
+    "start_broker",
+    "start_component",
+]
 
 BROKER_READY_TIMEOUT = 60.0
 DEV_CLUSTER = "dev"
@@ -52,13 +58,24 @@ def dev_broker_config(
     return cfg
 
 
-def start_broker(
-    state_dir: Path, name: str, config: dict[str, Any], env: dict[str, str]
-) -> dict[str, Any]:
-    """Start ``memq broker`` as a detached process and wait until it serves."""
+def start_component(
+    state_dir: Path,
+    name: str,
+    command: list[str],
+    config: dict[str, Any],
+    env: dict[str, str],
+    *,
+    config_name: str,
+    timeout: float = BROKER_READY_TIMEOUT,
+) -> tuple[dict[str, Any], procs.ProcessRef, Path, Path]:
+    """Start ``memq <command> --config <dir>/<config_name> --ready-file ...`` detached.
+
+    Waits for the ready file (a JSON object); returns it with the process, log and config
+    paths. A process that exits first fails fast with the tail of its log.
+    """
     d = state_dir.absolute() / name
     d.mkdir(parents=True, exist_ok=True)
-    cfg_path = d / "broker.yaml"
+    cfg_path = d / config_name
     cfg_path.write_text(yaml.safe_dump(config, sort_keys=False))
     ready = d / "ready.json"
     ready.unlink(missing_ok=True)
@@ -69,7 +86,7 @@ def start_broker(
         "memq.cli.main",
         "--log-level",
         "INFO",
-        "broker",
+        *command,
         "--config",
         str(cfg_path),
         "--ready-file",
@@ -87,14 +104,24 @@ def start_broker(
     try:
         info = procs.wait_for(
             lambda: json.loads(ready.read_text()) if ready.exists() else None,
-            timeout=BROKER_READY_TIMEOUT,
-            what=f"broker {name}",
+            timeout=timeout,
+            what=name,
             abort=died,
         )
     except DevStackError:
         procs.stop(ref, timeout=5)
         raise
     (d / f"{name}.pid").write_text(f"{ref.pid}\n")
+    return info, ref, log, cfg_path
+
+
+def start_broker(
+    state_dir: Path, name: str, config: dict[str, Any], env: dict[str, str]
+) -> dict[str, Any]:
+    """Start ``memq broker`` as a detached process and wait until it serves."""
+    info, ref, log, cfg_path = start_component(
+        state_dir, name, ["broker"], config, env, config_name="broker.yaml"
+    )
     return {
         "name": name,
         "endpoint": f"127.0.0.1:{info['port']}",

@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from memq.devstack import procs
+from memq.devstack.auditor import auditor_health, start_auditor
 from memq.devstack.brokers import broker_health, dev_broker_config, start_broker
 from memq.devstack.services import (
     SERVICES,
@@ -176,18 +177,18 @@ class DevStack:
         ports: dict[str, int | None] | None = None,
         progress: Callable[[str], None] | None = None,
         brokers: int = 1,
+        auditor: bool = True,
     ) -> StackState:
         """Start every server not already running (or taken from env overrides), then
-        ``brokers`` MemQ brokers (standalone when 1; later clustered through ZooKeeper)."""
+        ``brokers`` MemQ brokers (standalone when 1; clustered through ZooKeeper beyond)
+        and, with ``auditor``, the audit service (``ports["auditor"]`` fixes its port)."""
         ports = ports or {}
         say = progress or (lambda _msg: None)
         with self._locked():
             existing = self.load()
             if existing is not None:
                 dead = [h.name for h in self._health(existing, check=False) if not h.running]
-                dead += [
-                    b["name"] for b in existing.extra.get("brokers", []) if not broker_health(b)[0]
-                ]
+                dead += [c["name"] for c, health in _components(existing) if not health(c)[0]]
                 if not dead:
                     say("local stack already running")
                     return existing
@@ -228,6 +229,7 @@ class DevStack:
                 services={n: services[n] for n in _BY_NAME},
             )
             started_brokers: list[dict[str, Any]] = []
+            extra: dict[str, Any] = {"brokers": started_brokers}
             try:
                 self._prepare_bucket(state)
                 for i in range(1, brokers + 1):
@@ -237,6 +239,12 @@ class DevStack:
                     )
                     started_brokers.append(start_broker(self.state_dir, name, cfg, state.aws_env()))
                     say(f"{name}: ready at {started_brokers[-1]['endpoint']}")
+                if auditor:
+                    a = start_auditor(
+                        self.state_dir, state.kafka, state.aws_env(), ports.get("auditor")
+                    )
+                    extra["auditor"] = a
+                    say(f"auditor: dashboard at {a['url']}")
             except DevStackError:
                 for b in started_brokers:
                     procs.stop(procs.ProcessRef(b["pid"], b.get("start_time")))
@@ -244,7 +252,7 @@ class DevStack:
                     if st.process is not None:
                         procs.stop(st.process)
                 raise
-            state = state.model_copy(update={"extra": {"brokers": started_brokers}})
+            state = state.model_copy(update={"extra": extra})
             self._save(state)
             return state
 
@@ -300,13 +308,13 @@ class DevStack:
         state = self.load()
         if state is None:
             return []
-        brokers = state.extra.get("brokers", [])
-        with ThreadPoolExecutor(max_workers=len(state.services) + len(brokers)) as pool:
+        comps = _components(state)
+        with ThreadPoolExecutor(max_workers=len(state.services) + len(comps)) as pool:
             servers = list(pool.map(lambda item: self._one_health(*item), state.services.items()))
-            checks = list(pool.map(broker_health, brokers))
+            checks = list(pool.map(lambda ch: ch[1](ch[0]), comps))
         return servers + [
-            ServiceHealth(b["name"], b["endpoint"], b["pid"], False, running, problem)
-            for b, (running, problem) in zip(brokers, checks, strict=True)
+            ServiceHealth(c["name"], c["endpoint"], c["pid"], False, running, problem)
+            for (c, _), (running, problem) in zip(comps, checks, strict=True)
         ]
 
     def down(
@@ -325,11 +333,11 @@ class DevStack:
                 if st.process is not None and not st.external
             ]
             refs += [
-                (b["name"], procs.ProcessRef(b["pid"], b.get("start_time")))
-                for b in state.extra.get("brokers", [])
-                if b.get("pid")
+                (c["name"], procs.ProcessRef(c["pid"], c.get("start_time")))
+                for c, _ in _components(state)
+                if c.get("pid")
             ]
-            # Brokers first (they flush to the servers), then the servers.
+            # The auditor and brokers first (brokers flush to the servers), then the servers.
             for name, ref in reversed(refs):
                 killed = procs.stop(ref, timeout=timeout)
                 stopped.append(name)
@@ -341,8 +349,21 @@ class DevStack:
         state = self.require()
         if name in state.services and state.services[name].log:
             return Path(str(state.services[name].log))
-        for b in state.extra.get("brokers", []):
-            if b["name"] == name and b.get("log"):
-                return Path(b["log"])
-        known = [*state.services, *(b["name"] for b in state.extra.get("brokers", []))]
+        for c, _ in _components(state):
+            if c["name"] == name and c.get("log"):
+                return Path(c["log"])
+        known = [*state.services, *(c["name"] for c, _ in _components(state))]
         raise DevStackError(f"no log for {name!r}: known components are {', '.join(known)}")
+
+
+Health = Callable[[dict[str, Any]], tuple[bool, str | None]]
+
+
+def _components(state: StackState) -> list[tuple[dict[str, Any], Health]]:
+    """The stack's MemQ processes (brokers, then the auditor) with their health checks."""
+    out: list[tuple[dict[str, Any], Health]] = [
+        (b, broker_health) for b in state.extra.get("brokers", [])
+    ]
+    if state.extra.get("auditor"):
+        out.append((state.extra["auditor"], auditor_health))
+    return out

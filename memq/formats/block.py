@@ -52,8 +52,10 @@ __all__ = [
     "decode_block",
     "decode_block_header",
     "decode_columns",
+    "decode_columns_with_crc",
     "decode_records",
     "encode_block",
+    "encode_block_with_crc",
     "verify_block",
 ]
 
@@ -116,6 +118,41 @@ def encode_block(
     ``min_timestamp``/``max_timestamp`` may be given when the caller already tracked
     them (the producer does); otherwise they are computed.
     """
+    return _encode(
+        records, producer_id, epoch, sequence, compression, min_timestamp, max_timestamp
+    )[0]
+
+
+def encode_block_with_crc(
+    records: Sequence[Record] | Sequence[Sequence[Any]],
+    *,
+    producer_id: int,
+    epoch: int,
+    sequence: int,
+    compression: Compression = Compression.ZSTD,
+    min_timestamp: int | None = None,
+    max_timestamp: int | None = None,
+) -> tuple[bytes, int]:
+    """:func:`encode_block` plus the CRC-32 of the uncompressed record payload.
+
+    That CRC (the audit records' ``content_crc``) is what a reader computes after
+    decompression with :func:`decode_columns_with_crc`.
+    """
+    block, raw = _encode(
+        records, producer_id, epoch, sequence, compression, min_timestamp, max_timestamp
+    )
+    return block, zlib.crc32(raw)
+
+
+def _encode(
+    records: Sequence[Record] | Sequence[Sequence[Any]],
+    producer_id: int,
+    epoch: int,
+    sequence: int,
+    compression: Compression,
+    min_timestamp: int | None,
+    max_timestamp: int | None,
+) -> tuple[bytes, bytes]:
     if not records:
         raise MalformedError("a block needs at least one record")
     _check_range("producer_id", producer_id, 0, _U64)
@@ -150,7 +187,7 @@ def encode_block(
         len(body),
     )
     crc = zlib.crc32(body, zlib.crc32(memoryview(rest)[_CRC_START:], zlib.crc32(rest[:4])))
-    return b"".join((rest[:4], crc.to_bytes(4, "big"), rest[_CRC_START:], body))
+    return b"".join((rest[:4], crc.to_bytes(4, "big"), rest[_CRC_START:], body)), raw
 
 
 def decode_block_header(
@@ -230,8 +267,16 @@ Columns = tuple[tuple[int, ...], tuple[bytes | None, ...], tuple[bytes, ...], tu
 
 
 def _unpack(buf: bytes | bytearray | memoryview, header: BlockHeader) -> tuple[Any, ...]:
+    return _unpack_raw(_payload(buf, header), header)
+
+
+def _payload(buf: bytes | bytearray | memoryview, header: BlockHeader) -> Any:
+    """The uncompressed msgpack record payload."""
     body = memoryview(buf)[BLOCK_HEADER_SIZE : header.size]
-    raw = decompress(header.compression, body, header.uncompressed_length)
+    return decompress(header.compression, body, header.uncompressed_length)
+
+
+def _unpack_raw(raw: Any, header: BlockHeader) -> tuple[Any, ...]:
     try:
         recs = msgpack.unpackb(raw, use_list=False, raw=False, strict_map_key=True)
     except Exception as e:  # msgpack raises assorted ValueError/TypeError subclasses
@@ -276,7 +321,18 @@ def decode_columns(buf: bytes | bytearray | memoryview, header: BlockHeader) -> 
     The checks run in C (``map``, ``zip``, ``set``, ``min``/``max``), not in a Python loop
     per record; only a block that fails them is walked record by record for the error.
     """
-    recs = _unpack(buf, header)
+    return _columns(_unpack(buf, header), header)
+
+
+def decode_columns_with_crc(
+    buf: bytes | bytearray | memoryview, header: BlockHeader
+) -> tuple[Columns, int]:
+    """:func:`decode_columns` plus the CRC-32 of the uncompressed record payload."""
+    raw = _payload(buf, header)
+    return _columns(_unpack_raw(raw, header), header), zlib.crc32(raw)
+
+
+def _columns(recs: tuple[Any, ...], header: BlockHeader) -> Columns:
     try:
         if set(map(type, recs)) != {tuple} or set(map(len, recs)) != {4}:
             raise _first_bad(recs, header)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
-from memq.formats.block import Header, Record, encode_block
+from memq.formats.block import Header, Record, encode_block, encode_block_with_crc
 from memq.formats.compression import Compression
 from memq.producer.futures import BlockResult, DeliveryCallback, RecordFuture
 
@@ -128,6 +129,8 @@ class SealedBlock:
 
     open: OpenBlock
     sequence: int
+    #: CRC-32 of the uncompressed record payload, when encoded with ``content_crc=True``.
+    content_crc: int | None = None
 
     @property
     def topic(self) -> str:
@@ -137,15 +140,21 @@ class SealedBlock:
     def record_count(self) -> int:
         return self.open.count
 
-    def encode(self, producer_id: int, epoch: int, compression: Compression) -> bytes:
+    def encode(
+        self, producer_id: int, epoch: int, compression: Compression, content_crc: bool = False
+    ) -> bytes:
+        """The block's bytes; with ``content_crc`` also sets :attr:`content_crc` (audit)."""
         o = self.open
         stamps = o.timestamps
-        return encode_block(
-            o.records(),
-            producer_id=producer_id,
-            epoch=epoch,
-            sequence=self.sequence,
-            compression=compression,
-            min_timestamp=min(stamps),
-            max_timestamp=max(stamps),
-        )
+        args: dict[str, Any] = {
+            "producer_id": producer_id,
+            "epoch": epoch,
+            "sequence": self.sequence,
+            "compression": compression,
+            "min_timestamp": min(stamps),
+            "max_timestamp": max(stamps),
+        }
+        if not content_crc:
+            return encode_block(o.records(), **args)
+        data, self.content_crc = encode_block_with_crc(o.records(), **args)
+        return data

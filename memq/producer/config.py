@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from memq.config import ClientConfig
+from memq.config import AuditedClientConfig
 from memq.errors import MemqError
 from memq.formats.compression import Compression, parse_compression
 from memq.protocol import Ack, parse_ack
@@ -16,7 +16,7 @@ __all__ = ["ProducerConfig"]
 MiB = 1024 * 1024
 
 
-class ProducerConfig(ClientConfig):
+class ProducerConfig(AuditedClientConfig):
     """Settings of ``memq.Producer``: the names and meanings Kafka users know."""
 
     #: MemQ brokers (host:port,...). None: the local stack under MEMQ_STATE_DIR / .memq.

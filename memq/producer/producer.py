@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from memq.audit.client import ClientAudit
 from memq.client.bootstrap import resolve_bootstrap
 from memq.errors import ClientClosedError, MemqError, MessageTooLargeError
 from memq.formats.block import BLOCK_HEADER_SIZE, Header
@@ -25,6 +26,7 @@ from memq.producer.accumulator import OpenBlock, SealedBlock, record_size
 from memq.producer.config import ProducerConfig
 from memq.producer.futures import DeliveryCallback, RecordFuture
 from memq.producer.sender import Sender
+from memq.protocol import Ack
 
 __all__ = ["BufferFullError", "Producer"]
 
@@ -79,6 +81,14 @@ class Producer:
             cfg = ProducerConfig.from_mapping(config, **kwargs)
         self.config = cfg
         bootstrap = resolve_bootstrap(cfg.bootstrap_list())
+        #: Audit records of acked blocks (audit.enable; on by default on the local stack).
+        self._audit = (
+            ClientAudit(cfg, cfg.client_id)
+            if cfg.audit_enabled(uses_local_stack=not cfg.bootstrap_list())
+            else None
+        )
+        self._acks_name = {Ack.NONE: "0", Ack.LEADER: "1", Ack.ALL: "all"}[cfg.acks]
+        self._audit_tasks: set[asyncio.Task[None]] = set()
         self.producer_id = (
             cfg.producer_id if cfg.producer_id is not None else random.getrandbits(63)
         )
@@ -102,6 +112,7 @@ class Producer:
             encoder=self._encoder,
             finish=self._finish,
             encoded=self._encoded,
+            content_crc=self._audit is not None,
         )
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="memq-producer-io", daemon=True
@@ -233,6 +244,8 @@ class Producer:
             self._changed.notify_all()
         result = o.result
         result.complete(error, **meta)
+        if error is None and self._audit is not None:
+            self._audit_block(block, meta)
         if not o.cb_fn:
             return
         # Per-record work: one tuple and one call per callback.
@@ -242,6 +255,49 @@ class Producer:
                 cb(error, md)
             except Exception:
                 log.exception("on_delivery callback raised")
+
+    def _audit_block(self, block: SealedBlock, meta: dict[str, Any]) -> None:
+        """Emit the block's ``produced`` audit record (on the I/O loop, never blocking)."""
+        fields = self._audit_fields(block, meta)
+        tmeta = self._sender.meta.cached(block.topic)
+        kafka = tmeta.notification.get("bootstrap_servers") if tmeta else None
+        assert self._audit is not None
+        if kafka or self.config.audit_bootstrap_servers:
+            self._audit.emit(fields, kafka)
+            return
+        # A topic written before its metadata was known (auto-created on first write):
+        # learn its notification Kafka in the background, then emit.
+        task = self._loop.create_task(self._audit_after_metadata(block.topic, fields))
+        self._audit_tasks.add(task)
+        task.add_done_callback(self._audit_tasks.discard)
+
+    async def _audit_after_metadata(self, topic: str, fields: dict[str, Any]) -> None:
+        assert self._audit is not None
+        kafka = None
+        try:
+            tmeta = await self._sender.meta.topic(topic, refresh=True)
+            kafka = tmeta.notification.get("bootstrap_servers")
+        except MemqError as e:
+            log.warning("no metadata for %s to route its audit record: %s", topic, e)
+        self._audit.emit(fields, kafka)
+
+    def _audit_fields(self, block: SealedBlock, meta: dict[str, Any]) -> dict[str, Any]:
+        o = block.open
+        return {
+            "kind": "produced",
+            "topic": o.topic,
+            "producer_id": self.producer_id,
+            "epoch": self.epoch,
+            "sequence": block.sequence,
+            "records": o.count,
+            "content_crc": block.content_crc or 0,
+            "min_timestamp": min(o.timestamps),
+            "time": int(time.time() * 1000),
+            "acks": self._acks_name,
+            "bucket": meta.get("bucket"),
+            "key": meta.get("key"),
+            "block_index": meta.get("block_index"),
+        }
 
     # --- flush / close ------------------------------------------------------------------
 
@@ -275,6 +331,7 @@ class Producer:
             "buffered_bytes": self._buffered,
             "requests": self._sender.sent_requests,
             "retries": self._sender.retries,
+            **(self._audit.stats() if self._audit else {}),
         }
 
     def close(self, timeout: float | None = 30.0) -> int:
@@ -286,11 +343,17 @@ class Producer:
         with self._lock:
             self._changed.notify_all()
         try:
+            if self._audit_tasks:  # audit records still waiting for their topic's metadata
+                asyncio.run_coroutine_threadsafe(
+                    asyncio.wait(set(self._audit_tasks), timeout=5), self._loop
+                ).result(10)
             asyncio.run_coroutine_threadsafe(self._sender.shutdown(), self._loop).result(10)
         finally:
             self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
         self._encoder.shutdown(wait=False)
+        if self._audit is not None:
+            self._audit.close()
         if left:
             log.warning("producer closed with %d records undelivered", left)
         return left

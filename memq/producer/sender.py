@@ -48,8 +48,11 @@ class Sender:
         encoder: Executor,
         finish: Finish,
         encoded: Encoded | None = None,
+        content_crc: bool = False,
     ) -> None:
         self.config = config
+        #: Also compute each block's content CRC while encoding (for audit records).
+        self.content_crc = content_crc
         self.producer_id = producer_id
         self.epoch = epoch
         self.encoder = encoder
@@ -124,7 +127,12 @@ class Sender:
         cfg = self.config
         try:
             data = await loop.run_in_executor(
-                self.encoder, block.encode, self.producer_id, self.epoch, cfg.compression_type
+                self.encoder,
+                block.encode,
+                self.producer_id,
+                self.epoch,
+                cfg.compression_type,
+                self.content_crc,
             )
         except MemqError as e:
             self.finish(block, e, {})

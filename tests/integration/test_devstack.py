@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -36,17 +37,20 @@ def memq(
 
 
 def _refs(state_dir: Path) -> list[ProcessRef]:
-    """Every process the stack started: three servers and its broker(s)."""
+    """Every process the stack started: three servers, its broker(s) and the auditor."""
     state = StackState.model_validate_json((state_dir / "stack.json").read_text())
     refs = [s.process for s in state.services.values() if s.process is not None]
-    return refs + [ProcessRef(b["pid"], b["start_time"]) for b in state.extra.get("brokers", [])]
+    comps = [*state.extra.get("brokers", [])]
+    if state.extra.get("auditor"):
+        comps.append(state.extra["auditor"])
+    return refs + [ProcessRef(c["pid"], c["start_time"]) for c in comps]
 
 
 def test_up_status_logs_restart_down(tmp_path: Path) -> None:
     d = str(tmp_path / "st")
     memq("dev", "up", "--state-dir", d)
     refs = _refs(Path(d))
-    assert len(refs) == 4 and all(is_alive(r) for r in refs)
+    assert len(refs) == 5 and all(is_alive(r) for r in refs)
 
     doc = json.loads(memq("dev", "status", "--json", "--state-dir", d).stdout)
     assert doc["healthy"] is True
@@ -57,11 +61,16 @@ def test_up_status_logs_restart_down(tmp_path: Path) -> None:
     (broker,) = doc["brokers"]
     assert broker["name"] == "broker-1" and broker["healthy"] is True
     assert broker["endpoint"].startswith("127.0.0.1:") and broker["http"].startswith("http://")
-    pids = {doc[n]["pid"] for n in ("s3", "kafka", "zookeeper")} | {broker["pid"]}
+    auditor = doc["auditor"]
+    assert auditor["healthy"] is True and auditor["url"].startswith("http://127.0.0.1:")
+    with urllib.request.urlopen(f"{auditor['url']}/api/status", timeout=10) as r:
+        assert json.loads(r.read())["audit_topic"] == "memq.audit"
+    pids = {doc[n]["pid"] for n in ("s3", "kafka", "zookeeper")} | {broker["pid"], auditor["pid"]}
     assert pids == {r.pid for r in refs}
 
     table = memq("dev", "status", "--state-dir", d).stdout
-    assert table.count("healthy") == 4 and "broker-1" in table
+    assert table.count("healthy") == 5 and "broker-1" in table
+    assert f"Audit dashboard: {auditor['url']}" in table
 
     # A second `up` finds the running stack and starts nothing.
     memq("dev", "up", "--state-dir", d)
@@ -69,6 +78,7 @@ def test_up_status_logs_restart_down(tmp_path: Path) -> None:
 
     assert "ready in" in memq("dev", "logs", "kafka", "--state-dir", d).stdout
     assert "memq broker ready" in memq("dev", "logs", "broker-1", "--state-dir", d).stdout
+    assert "memq auditor ready" in memq("dev", "logs", "auditor", "--state-dir", d).stdout
     assert (
         "binding to port" in memq("dev", "logs", "zookeeper", "-n", "400", "--state-dir", d).stdout
     )

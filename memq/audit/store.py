@@ -1,0 +1,536 @@
+"""The auditor's state in SQLite: blocks reported produced and consumed, and the figures.
+
+One row per produced block ``(topic, producer_id, epoch, sequence)`` and one per block a
+consumer group handed out ``(topic, group, producer_id, epoch, sequence)``; the Kafka
+offsets of the audit topic are stored in the same transaction as the rows they produced,
+so a restarted auditor resumes exactly where it stopped (nothing lost, nothing counted
+twice). WAL mode lets the HTTP API read while the ingest thread writes; each thread uses
+its own connection.
+
+Figures for a group are computed over the blocks *produced* in the asked window:
+
+- ``consumed``: blocks (records) of the window the group handed out;
+- ``missing``: blocks acked longer ago than the grace period and never handed out by the
+  group, counted from the group's *watch start* (the ack time of the oldest block it
+  consumed: a group that starts at ``latest`` is not blamed for what came before it);
+- ``pending``: the same within the grace period (in flight, not yet a loss);
+- ``duplicates``: blocks handed out more than once (a retried block stored twice, a
+  redelivery after a crash: at-least-once), with the extra records;
+- ``mismatches``: blocks whose consumer ``content_crc`` differs from the producer's;
+- ``unaudited``: consumed blocks with no produced record (audit off or dropped there);
+- latency: hand-out time minus the block's oldest record timestamp, p50 and p99.
+
+``producer_id`` and ``sequence`` are u64 in the format and stored as the signed 64-bit
+integer with the same bits (SQLite integers are signed).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from memq.errors import MemqError
+from memq.formats.audit import AuditRecord
+
+__all__ = [
+    "AuditStore",
+    "GroupFigures",
+    "Ingest",
+    "TopicFigures",
+    "percentile",
+]
+
+SCHEMA_VERSION = 1
+MINUTE_MS = 60_000
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS produced (
+    topic TEXT NOT NULL, producer_id INTEGER NOT NULL, epoch INTEGER NOT NULL,
+    sequence INTEGER NOT NULL, records INTEGER NOT NULL, content_crc INTEGER NOT NULL,
+    min_ts INTEGER NOT NULL, acked_ms INTEGER NOT NULL, acks TEXT, bucket TEXT,
+    object_key TEXT, client TEXT, reports INTEGER NOT NULL DEFAULT 1,
+    PRIMARY KEY (topic, producer_id, epoch, sequence)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS produced_by_time ON produced (topic, acked_ms);
+CREATE TABLE IF NOT EXISTS consumed (
+    topic TEXT NOT NULL, grp TEXT NOT NULL, producer_id INTEGER NOT NULL,
+    epoch INTEGER NOT NULL, sequence INTEGER NOT NULL, records INTEGER NOT NULL,
+    content_crc INTEGER NOT NULL, crc_conflict INTEGER NOT NULL DEFAULT 0,
+    times INTEGER NOT NULL DEFAULT 1, first_ms INTEGER NOT NULL, last_ms INTEGER NOT NULL,
+    object_key TEXT, client TEXT,
+    PRIMARY KEY (topic, grp, producer_id, epoch, sequence)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS consumed_by_time ON consumed (topic, grp, first_ms);
+CREATE INDEX IF NOT EXISTS consumed_by_block ON consumed (topic, producer_id, epoch, sequence);
+CREATE TABLE IF NOT EXISTS offsets (
+    kafka_topic TEXT NOT NULL, partition INTEGER NOT NULL, next_offset INTEGER NOT NULL,
+    PRIMARY KEY (kafka_topic, partition)
+);
+CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+"""
+
+_INSERT_PRODUCED = """
+INSERT INTO produced (topic, producer_id, epoch, sequence, records, content_crc, min_ts,
+                      acked_ms, acks, bucket, object_key, client)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (topic, producer_id, epoch, sequence) DO UPDATE SET reports = reports + 1
+"""
+
+_INSERT_CONSUMED = """
+INSERT INTO consumed (topic, grp, producer_id, epoch, sequence, records, content_crc,
+                      first_ms, last_ms, object_key, client)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (topic, grp, producer_id, epoch, sequence) DO UPDATE SET
+    times = times + 1,
+    records = records + excluded.records,
+    crc_conflict = crc_conflict OR content_crc != excluded.content_crc,
+    first_ms = MIN(first_ms, excluded.first_ms),
+    last_ms = MAX(last_ms, excluded.last_ms)
+"""
+
+
+def _i64(u: int) -> int:
+    return u - (1 << 64) if u >= 1 << 63 else u
+
+
+def _u64(i: int) -> int:
+    return i + (1 << 64) if i < 0 else i
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float | None:
+    """Nearest-rank percentile of already sorted values (None when empty)."""
+    if not sorted_values:
+        return None
+    rank = max(1, -(-int(q * 1000) * len(sorted_values) // 100_000))  # ceil(q% * n)
+    return sorted_values[min(len(sorted_values), rank) - 1]
+
+
+@dataclass(frozen=True, slots=True)
+class Ingest:
+    """One audit record with where it came from in the audit topic."""
+
+    record: AuditRecord
+    kafka_topic: str
+    partition: int
+    offset: int
+
+
+@dataclass
+class GroupFigures:
+    group: str
+    consumed_blocks: int = 0
+    consumed_records: int = 0
+    missing_blocks: int = 0
+    missing_records: int = 0
+    pending_blocks: int = 0
+    pending_records: int = 0
+    duplicate_blocks: int = 0
+    duplicate_records: int = 0
+    mismatches: int = 0
+    unaudited_blocks: int = 0
+    unaudited_records: int = 0
+    latency_p50_ms: float | None = None
+    latency_p99_ms: float | None = None
+    watch_start_ms: int | None = None
+    last_consumed_ms: int | None = None
+    status: str = "ok"
+
+
+@dataclass
+class TopicFigures:
+    topic: str
+    produced_blocks: int = 0
+    produced_records: int = 0
+    last_produced_ms: int | None = None
+    groups: list[GroupFigures] = field(default_factory=list)
+    status: str = "unconsumed"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_SEVERITY = {"ok": 0, "unconsumed": 0, "warn": 1, "missing": 2}
+
+
+class AuditStore:
+    """Thread-safe access to one auditor SQLite file (a connection per thread)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        if str(path) != ":memory:":
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._local = threading.local()
+        conn = self._conn()
+        try:
+            conn.executescript(_SCHEMA)
+        except sqlite3.DatabaseError as e:
+            raise MemqError(
+                f"audit database {self.path} is not a usable SQLite file ({e}): move it away "
+                "and restart the auditor (it re-reads the audit topic from its retention)"
+            ) from None
+        version = conn.execute("SELECT v FROM meta WHERE k = 'schema_version'").fetchone()
+        if version is None:
+            conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        elif int(version[0]) != SCHEMA_VERSION:
+            raise MemqError(
+                f"audit database {self.path} has schema version {version[0]}, this auditor "
+                f"uses {SCHEMA_VERSION}: use a matching auditor or a new db_path"
+            )
+
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            self._local.conn = conn
+        return conn
+
+    def close(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+    # --- ingest -------------------------------------------------------------------------
+
+    def apply(self, batch: Iterable[Ingest], rejected: Sequence[tuple[str, int, int]] = ()) -> int:
+        """Store a batch of records and advance the offsets, in one transaction.
+
+        ``rejected`` are ``(kafka_topic, partition, offset)`` of undecodable records: they
+        only advance the offsets and a counter. Returns the records applied.
+        """
+        produced: list[tuple[Any, ...]] = []
+        consumed: list[tuple[Any, ...]] = []
+        offsets: dict[tuple[str, int], int] = {}
+        for item in batch:
+            r = item.record
+            pid, seq = _i64(r.producer_id), _i64(r.sequence)
+            if r.kind == "produced":
+                produced.append(
+                    (r.topic, pid, r.epoch, seq, r.records, r.content_crc, r.min_timestamp,
+                     r.time, r.acks, r.bucket, r.key, r.client)
+                )  # fmt: skip
+            else:
+                consumed.append(
+                    (r.topic, r.group or "", pid, r.epoch, seq, r.records, r.content_crc,
+                     r.time, r.time, r.key, r.client)
+                )  # fmt: skip
+            tp = (item.kafka_topic, item.partition)
+            offsets[tp] = max(offsets.get(tp, -1), item.offset + 1)
+        for kt, part, off in rejected:
+            offsets[(kt, part)] = max(offsets.get((kt, part), -1), off + 1)
+        conn = self._conn()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.executemany(_INSERT_PRODUCED, produced)
+            conn.executemany(_INSERT_CONSUMED, consumed)
+            conn.executemany(
+                "INSERT INTO offsets VALUES (?, ?, ?) ON CONFLICT (kafka_topic, partition) "
+                "DO UPDATE SET next_offset = MAX(next_offset, excluded.next_offset)",
+                [(kt, p, o) for (kt, p), o in offsets.items()],
+            )
+            for name, n in (
+                ("produced_records", len(produced)),
+                ("consumed_records", len(consumed)),
+                ("rejected_records", len(rejected)),
+            ):
+                if n:
+                    conn.execute(
+                        "INSERT INTO counters VALUES (?, ?) ON CONFLICT (name) "
+                        "DO UPDATE SET value = value + excluded.value",
+                        (name, n),
+                    )
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        return len(produced) + len(consumed)
+
+    def offsets(self, kafka_topic: str) -> dict[int, int]:
+        rows = self._conn().execute(
+            "SELECT partition, next_offset FROM offsets WHERE kafka_topic = ?", (kafka_topic,)
+        )
+        return {int(p): int(o) for p, o in rows}
+
+    def counters(self) -> dict[str, int]:
+        return {str(n): int(v) for n, v in self._conn().execute("SELECT * FROM counters")}
+
+    def prune(self, before_ms: int) -> int:
+        """Forget blocks acked (and consumptions handed out) before ``before_ms``."""
+        conn = self._conn()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            n = conn.execute("DELETE FROM produced WHERE acked_ms < ?", (before_ms,)).rowcount
+            n += conn.execute("DELETE FROM consumed WHERE last_ms < ?", (before_ms,)).rowcount
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        return n
+
+    # --- figures ------------------------------------------------------------------------
+
+    def topics(self) -> list[str]:
+        rows = self._conn().execute(
+            "SELECT DISTINCT topic FROM produced UNION SELECT DISTINCT topic FROM consumed"
+        )
+        return sorted(str(t) for (t,) in rows)
+
+    def groups(self, topic: str) -> list[str]:
+        rows = self._conn().execute("SELECT DISTINCT grp FROM consumed WHERE topic = ?", (topic,))
+        return sorted(str(g) for (g,) in rows)
+
+    def watch_start(self, topic: str, group: str) -> int | None:
+        """Ack time of the oldest produced block ``group`` consumed (None: none matched)."""
+        row = (
+            self._conn()
+            .execute(
+                "SELECT MIN(p.acked_ms) FROM consumed c JOIN produced p ON p.topic = c.topic "
+                "AND p.producer_id = c.producer_id AND p.epoch = c.epoch "
+                "AND p.sequence = c.sequence WHERE c.topic = ? AND c.grp = ?",
+                (topic, group),
+            )
+            .fetchone()
+        )
+        return None if row is None or row[0] is None else int(row[0])
+
+    def summary(
+        self,
+        *,
+        now_ms: int,
+        since_ms: int,
+        grace_ms: int,
+        topic: str | None = None,
+        group: str | None = None,
+    ) -> list[TopicFigures]:
+        """Figures per topic and group for blocks acked in ``[since_ms, now_ms]``."""
+        out = []
+        for t in [topic] if topic else self.topics():
+            tf = TopicFigures(t)
+            row = (
+                self._conn()
+                .execute(
+                    "SELECT COUNT(*), COALESCE(SUM(records), 0), MAX(acked_ms) FROM produced "
+                    "WHERE topic = ? AND acked_ms BETWEEN ? AND ?",
+                    (t, since_ms, now_ms),
+                )
+                .fetchone()
+            )
+            tf.produced_blocks, tf.produced_records = int(row[0]), int(row[1])
+            tf.last_produced_ms = None if row[2] is None else int(row[2])
+            for g in [group] if group is not None else self.groups(t):
+                tf.groups.append(self._group(t, g, now_ms, since_ms, grace_ms))
+            if tf.groups:
+                tf.status = max((g.status for g in tf.groups), key=_SEVERITY.__getitem__)
+            out.append(tf)
+        return out
+
+    def _group(self, topic: str, group: str, now_ms: int, since_ms: int, grace_ms: int) -> Any:
+        conn = self._conn()
+        gf = GroupFigures(group)
+        gf.watch_start_ms = self.watch_start(topic, group)
+        latencies: list[float] = []
+        for recs, crecs, times, match, lat in conn.execute(
+            "SELECT p.records, c.records, c.times, "
+            "c.content_crc = p.content_crc AND NOT c.crc_conflict, c.first_ms - p.min_ts "
+            "FROM produced p JOIN consumed c ON c.topic = p.topic AND c.grp = ? "
+            "AND c.producer_id = p.producer_id AND c.epoch = p.epoch "
+            "AND c.sequence = p.sequence WHERE p.topic = ? AND p.acked_ms BETWEEN ? AND ?",
+            (group, topic, since_ms, now_ms),
+        ):
+            gf.consumed_blocks += 1
+            gf.consumed_records += min(recs, crecs)
+            if times > 1:
+                gf.duplicate_blocks += 1
+                gf.duplicate_records += max(0, crecs - recs)
+            if not match:
+                gf.mismatches += 1
+            latencies.append(lat)
+        latencies.sort()
+        gf.latency_p50_ms = percentile(latencies, 50)
+        gf.latency_p99_ms = percentile(latencies, 99)
+        if gf.watch_start_ms is not None:
+            cutoff = now_ms - grace_ms
+            lo = max(since_ms, gf.watch_start_ms)
+            for acked, recs in conn.execute(
+                "SELECT p.acked_ms, p.records FROM produced p WHERE p.topic = ? "
+                "AND p.acked_ms BETWEEN ? AND ? AND NOT EXISTS (SELECT 1 FROM consumed c "
+                "WHERE c.topic = p.topic AND c.grp = ? AND c.producer_id = p.producer_id "
+                "AND c.epoch = p.epoch AND c.sequence = p.sequence)",
+                (topic, lo, now_ms, group),
+            ):
+                if acked < cutoff:
+                    gf.missing_blocks += 1
+                    gf.missing_records += recs
+                else:
+                    gf.pending_blocks += 1
+                    gf.pending_records += recs
+        row = conn.execute(
+            "SELECT COUNT(*), COALESCE(SUM(c.records), 0), MAX(c.last_ms) FROM consumed c "
+            "WHERE c.topic = ? AND c.grp = ? AND c.first_ms BETWEEN ? AND ? AND NOT EXISTS "
+            "(SELECT 1 FROM produced p WHERE p.topic = c.topic AND p.producer_id = "
+            "c.producer_id AND p.epoch = c.epoch AND p.sequence = c.sequence)",
+            (topic, group, since_ms, now_ms),
+        ).fetchone()
+        gf.unaudited_blocks, gf.unaudited_records = int(row[0]), int(row[1])
+        last = conn.execute(
+            "SELECT MAX(last_ms) FROM consumed WHERE topic = ? AND grp = ?", (topic, group)
+        ).fetchone()[0]
+        gf.last_consumed_ms = None if last is None else int(last)
+        if gf.missing_blocks or gf.mismatches:
+            gf.status = "missing"
+        elif gf.duplicate_blocks or gf.unaudited_blocks:
+            gf.status = "warn"
+        return gf
+
+    def timeseries(
+        self,
+        topic: str,
+        *,
+        now_ms: int,
+        since_ms: int,
+        grace_ms: int,
+        group: str | None = None,
+    ) -> dict[str, Any]:
+        """Per-minute series for ``topic`` (and each of its groups, or just ``group``).
+
+        ``produced``: records acked in the minute; per group ``consumed``: records handed
+        out in the minute; ``missing``/``pending``: records of blocks acked in the minute
+        that the group has not handed out; latency percentiles of the blocks handed out
+        in the minute.
+        """
+        conn = self._conn()
+        first = since_ms - since_ms % MINUTE_MS
+        minutes = list(range(first, now_ms + 1, MINUTE_MS))
+        index = {m: i for i, m in enumerate(minutes)}
+        n = len(minutes)
+
+        def slot(ms: int) -> int | None:
+            return index.get(ms - ms % MINUTE_MS)
+
+        produced = [0] * n
+        for acked, recs in conn.execute(
+            "SELECT acked_ms, records FROM produced WHERE topic = ? AND acked_ms BETWEEN ? AND ?",
+            (topic, first, now_ms),
+        ):
+            if (i := slot(acked)) is not None:
+                produced[i] += recs
+        groups: dict[str, Any] = {}
+        cutoff = now_ms - grace_ms
+        for g in [group] if group is not None else self.groups(topic):
+            consumed = [0] * n
+            missing = [0] * n
+            pending = [0] * n
+            lat: list[list[float]] = [[] for _ in range(n)]
+            for handed, recs, latency in conn.execute(
+                "SELECT c.first_ms, c.records, c.first_ms - p.min_ts FROM consumed c "
+                "LEFT JOIN produced p ON p.topic = c.topic AND p.producer_id = c.producer_id "
+                "AND p.epoch = c.epoch AND p.sequence = c.sequence "
+                "WHERE c.topic = ? AND c.grp = ? AND c.first_ms BETWEEN ? AND ?",
+                (topic, g, first, now_ms),
+            ):
+                if (i := slot(handed)) is not None:
+                    consumed[i] += recs
+                    if latency is not None:
+                        lat[i].append(latency)
+            start = self.watch_start(topic, g)
+            if start is not None:
+                for acked, recs in conn.execute(
+                    "SELECT p.acked_ms, p.records FROM produced p WHERE p.topic = ? "
+                    "AND p.acked_ms BETWEEN ? AND ? AND NOT EXISTS (SELECT 1 FROM consumed c "
+                    "WHERE c.topic = p.topic AND c.grp = ? AND c.producer_id = p.producer_id "
+                    "AND c.epoch = p.epoch AND c.sequence = p.sequence)",
+                    (topic, max(first, start), now_ms, g),
+                ):
+                    if (i := slot(acked)) is not None:
+                        (missing if acked < cutoff else pending)[i] += recs
+            for series in lat:
+                series.sort()
+            groups[g] = {
+                "consumed": consumed,
+                "missing": missing,
+                "pending": pending,
+                "latency_p50_ms": [percentile(s, 50) for s in lat],
+                "latency_p99_ms": [percentile(s, 99) for s in lat],
+            }
+        return {"topic": topic, "minutes": minutes, "produced": produced, "groups": groups}
+
+    def missing(
+        self,
+        topic: str,
+        group: str,
+        *,
+        now_ms: int,
+        since_ms: int,
+        grace_ms: int,
+        limit: int = 1000,
+    ) -> list[dict[str, Any]]:
+        """Blocks acked in the window, past the grace period, never handed out by ``group``."""
+        start = self.watch_start(topic, group)
+        if start is None:
+            return []
+        rows = self._conn().execute(
+            "SELECT p.producer_id, p.epoch, p.sequence, p.records, p.acked_ms, p.min_ts, "
+            "p.acks, p.bucket, p.object_key, p.client FROM produced p WHERE p.topic = ? "
+            "AND p.acked_ms BETWEEN ? AND ? AND NOT EXISTS (SELECT 1 FROM consumed c "
+            "WHERE c.topic = p.topic AND c.grp = ? AND c.producer_id = p.producer_id "
+            "AND c.epoch = p.epoch AND c.sequence = p.sequence) "
+            "ORDER BY p.acked_ms, p.producer_id, p.sequence LIMIT ?",
+            (topic, max(since_ms, start), now_ms - grace_ms - 1, group, limit),
+        )
+        return [
+            {
+                "topic": topic,
+                "group": group,
+                "producer_id": _u64(pid),
+                "epoch": epoch,
+                "sequence": _u64(seq),
+                "records": recs,
+                "acked_ms": acked,
+                "min_timestamp": min_ts,
+                "acks": acks,
+                "bucket": bucket,
+                "object_key": key,
+                "client": client,
+            }
+            for pid, epoch, seq, recs, acked, min_ts, acks, bucket, key, client in rows
+        ]
+
+    def anomalies(
+        self, topic: str, group: str, *, now_ms: int, since_ms: int, limit: int = 1000
+    ) -> list[dict[str, Any]]:
+        """Blocks ``group`` handed out more than once or with a different content CRC."""
+        rows = self._conn().execute(
+            "SELECT p.producer_id, p.epoch, p.sequence, p.records, c.records, c.times, "
+            "p.content_crc, c.content_crc, c.crc_conflict, p.object_key, c.object_key "
+            "FROM produced p JOIN consumed c ON c.topic = p.topic AND c.grp = ? "
+            "AND c.producer_id = p.producer_id AND c.epoch = p.epoch "
+            "AND c.sequence = p.sequence WHERE p.topic = ? AND p.acked_ms BETWEEN ? AND ? "
+            "AND (c.times > 1 OR c.content_crc != p.content_crc OR c.crc_conflict) "
+            "ORDER BY p.acked_ms LIMIT ?",
+            (group, topic, since_ms, now_ms, limit),
+        )
+        out = []
+        for pid, epoch, seq, precs, crecs, times, pcrc, ccrc, conflict, pkey, ckey in rows:
+            mismatch = bool(conflict) or pcrc != ccrc
+            out.append(
+                {
+                    "producer_id": _u64(pid),
+                    "epoch": epoch,
+                    "sequence": _u64(seq),
+                    "kind": "mismatch" if mismatch else "duplicate",
+                    "produced_records": precs,
+                    "consumed_records": crecs,
+                    "times": times,
+                    "produced_crc": pcrc,
+                    "consumed_crc": ccrc,
+                    "object_key": pkey or ckey,
+                }
+            )
+        return out

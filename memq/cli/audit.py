@@ -1,0 +1,223 @@
+"""``memq audit``: the auditor service and the loss report."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from memq.cli.options import STATE_DIR, stack
+from memq.errors import ConfigError, MemqError
+
+app = typer.Typer(
+    help="Audit: prove every acked record was consumed (auditor service, dashboard, report).",
+    no_args_is_help=True,
+)
+out = Console()
+err = Console(stderr=True)
+
+#: Exit codes of ``memq audit report``.
+EXIT_OK, EXIT_LOSS, EXIT_NO_DATA = 0, 1, 2
+
+
+@app.command()
+def serve(
+    config: Path | None = typer.Option(
+        None,
+        "--config",
+        "-c",
+        help="Auditor YAML (kafka.bootstrap_servers, audit_topic, db_path, http_host, "
+        "http_port, grace_period_s, ...). Default: the local stack's Kafka.",
+    ),
+    port: int | None = typer.Option(None, help="Override http_port (0: any free port)."),
+    db_path: Path | None = typer.Option(None, help="Override db_path (the SQLite file)."),
+    ready_file: Path | None = typer.Option(
+        None, help="Write {url, port} as JSON here once serving (for supervisors)."
+    ),
+    state_dir: Path | None = STATE_DIR,
+) -> None:
+    """Consume the audit topic into SQLite and serve the dashboard (/), the JSON API
+    (/api/...), /healthz and /metrics until SIGTERM/SIGINT. Env overrides:
+    MEMQ_AUDITOR__<KEY>=value."""
+    from memq.audit.config import load_auditor_config
+    from memq.audit.service import run_auditor
+
+    overrides: dict[str, Any] = {}
+    if config is None:
+        st = stack(state_dir).load()
+        if st is None:
+            raise ConfigError(
+                "no --config and no local stack: pass --config auditor.yaml or run `memq dev up`"
+            )
+        overrides["kafka"] = {"bootstrap_servers": st.kafka_bootstrap}
+        overrides["db_path"] = str(Path(st.state_dir) / "auditor" / "audit.db")
+    if port is not None:
+        overrides["http_port"] = port
+    if db_path is not None:
+        overrides["db_path"] = str(db_path)
+    run_auditor(load_auditor_config(config, data=overrides), ready_file)
+
+
+def _auditor_url(url: str | None, state_dir: Path | None) -> str:
+    if url:
+        return url.rstrip("/")
+    st = stack(state_dir).load()
+    if st is not None and st.extra.get("auditor"):
+        return str(st.extra["auditor"]["url"])
+    return "http://127.0.0.1:8080"
+
+
+def _get(url: str, path: str, params: dict[str, Any]) -> Any:
+    q = urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
+    try:
+        with urllib.request.urlopen(f"{url}{path}?{q}", timeout=60) as r:
+            return json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        try:
+            detail = json.loads(e.read()).get("error", "")
+        except ValueError:
+            detail = ""
+        raise MemqError(f"auditor at {url} answered {e.code}: {detail or e.reason}") from None
+    except OSError as e:
+        raise MemqError(
+            f"cannot reach the auditor at {url} ({e}): start it (`memq audit serve`, "
+            "`memq dev up`) or pass --url, or read its file with --db"
+        ) from None
+
+
+def _fmt_ms(ms: float | None) -> str:
+    if ms is None:
+        return "-"
+    return f"{ms / 1000:.2f} s" if ms >= 1000 else f"{ms:.0f} ms"
+
+
+def _when(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+@app.command()
+def report(
+    topic: str = typer.Option(..., "--topic", "-t", help="Topic to report on."),
+    since: str = typer.Option("1h", help="Window start: 10m, 2h, 1d, ISO-8601 or epoch ms."),
+    group: str | None = typer.Option(None, "--group", "-g", help="Only this consumer group."),
+    grace: str | None = typer.Option(
+        None, help="Override the grace period (e.g. 0s: count every unconsumed block)."
+    ),
+    url: str | None = typer.Option(
+        None, help="Auditor URL (default: the local stack's, else http://127.0.0.1:8080)."
+    ),
+    db: Path | None = typer.Option(
+        None, help="Read this auditor SQLite file directly instead of asking a running auditor."
+    ),
+    limit: int = typer.Option(20, help="Missing blocks to list per group."),
+    as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
+    state_dir: Path | None = STATE_DIR,
+) -> None:
+    """Produced, consumed, missing, pending, duplicates, mismatches and latency for a topic.
+    Exit 0 when nothing is missing, 1 when records are missing or mismatched, 2 when there
+    is no audit data for the topic (nothing can be proven)."""
+    params = {"since": since, "topic": topic, "group": group, "grace_s": grace}
+    if db is not None:
+        doc, missing = _from_db(db, params, limit)
+    else:
+        base = _auditor_url(url, state_dir)
+        doc = _get(base, "/api/summary", params)
+        missing = {
+            g["group"]: _get(
+                base,
+                "/api/missing",
+                {**params, "group": g["group"], "limit": limit},
+            )["blocks"]
+            for t in doc["topics"]
+            for g in t["groups"]
+            if g["missing_blocks"]
+        }
+    t = doc["topics"][0] if doc["topics"] else None
+    if as_json:
+        typer.echo(json.dumps({**doc, "missing": missing}, indent=2))
+    else:
+        _print(doc, t, missing)
+    if t is None or (t["produced_blocks"] == 0 and not t["groups"]):
+        raise typer.Exit(EXIT_NO_DATA)
+    if any(g["missing_blocks"] or g["mismatches"] for g in t["groups"]):
+        raise typer.Exit(EXIT_LOSS)
+
+
+def _from_db(db: Path, params: dict[str, Any], limit: int) -> tuple[dict[str, Any], Any]:
+    """The report's figures straight from an auditor SQLite file (no server needed)."""
+    from memq.audit.config import AuditKafkaConfig, AuditorConfig
+    from memq.audit.service import Auditor
+
+    if not db.exists():
+        raise ConfigError(f"audit database {db} does not exist")
+    # Only the query side is used: nothing is started.
+    cfg = AuditorConfig(kafka=AuditKafkaConfig(bootstrap_servers="unused:0"), db_path=db)
+    auditor = Auditor(cfg)
+    try:
+        doc = auditor.summary(params)
+        missing = {
+            g["group"]: auditor.store.missing(
+                params["topic"],
+                g["group"],
+                now_ms=doc["now_ms"],
+                since_ms=doc["since_ms"],
+                grace_ms=int(doc["grace_period_s"] * 1000),
+                limit=limit,
+            )
+            for t in doc["topics"]
+            for g in t["groups"]
+            if g["missing_blocks"]
+        }
+    finally:
+        auditor.executor.shutdown(wait=False)
+        auditor.store.close()
+    return doc, missing
+
+
+def _print(doc: dict[str, Any], t: dict[str, Any] | None, missing: dict[str, Any]) -> None:
+    window = f"since {_when(doc['since_ms'])} UTC, grace {doc['grace_period_s']:g} s"
+    if t is None or (t["produced_blocks"] == 0 and not t["groups"]):
+        out.print(f"[yellow]no audit records for this topic ({window})[/yellow]")
+        return
+    out.print(
+        f"[bold]{t['topic']}[/bold]: {t['produced_records']:,} records in "
+        f"{t['produced_blocks']:,} blocks acked ({window})"
+    )
+    if not t["groups"]:
+        out.print("[yellow]no consumer group has reported consuming this topic[/yellow]")
+        return
+    table = Table()
+    for col in ("group", "consumed", "missing", "pending", "duplicates", "mismatches",
+                "unaudited", "p50", "p99", "status"):  # fmt: skip
+        table.add_column(col, justify="left" if col in {"group", "status"} else "right")
+    colour = {"ok": "green", "warn": "yellow", "missing": "red", "unconsumed": "dim"}
+    for g in t["groups"]:
+        table.add_row(
+            g["group"],
+            f"{g['consumed_records']:,}",
+            f"{g['missing_records']:,}",
+            f"{g['pending_records']:,}",
+            f"{g['duplicate_records']:,} ({g['duplicate_blocks']} blocks)",
+            str(g["mismatches"]),
+            f"{g['unaudited_records']:,}",
+            _fmt_ms(g["latency_p50_ms"]),
+            _fmt_ms(g["latency_p99_ms"]),
+            f"[{colour.get(g['status'], 'white')}]{g['status']}[/]",
+        )
+    out.print(table)
+    for grp, blocks in missing.items():
+        out.print(f"[red]missing for group {grp}[/red] (first {len(blocks)}):")
+        for b in blocks:
+            out.print(
+                f"  producer {b['producer_id']} epoch {b['epoch']} sequence {b['sequence']}: "
+                f"{b['records']} records acked {_when(b['acked_ms'])} UTC -> "
+                f"{b['object_key'] or '(object unknown: acks=' + str(b['acks']) + ')'}"
+            )

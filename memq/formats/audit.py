@@ -1,0 +1,123 @@
+"""Audit record: one small JSON object per produced or consumed block (pure, no I/O).
+
+Producers publish one ``produced`` record per acknowledged block and consumers one
+``consumed`` record per block they handed to the application, to a Kafka audit topic
+(default ``memq.audit``); the auditor matches them by block identity
+``(topic, producer_id, epoch, sequence)`` and, for consumers, the consumer group::
+
+    {"format_version":1,"kind":"produced","topic":"events","producer_id":7,"epoch":0,
+     "sequence":42,"records":1000,"content_crc":305419896,"min_timestamp":1763790000000,
+     "time":1763790001002,"client":"memq-producer","acks":"all","bucket":"memq-dev",
+     "key":"3f/dev/topics/events/dt=2026-11-22/hh=05/...","group":null,"block_index":0,
+     "crc":1234567890}
+
+``content_crc`` is the CRC-32 of the block's uncompressed record payload (the msgpack
+array of its records, exactly as encoded), computed by the producer before compression
+and by the consumer after decompression: equal values mean the consumer handed out the
+records the producer wrote, whatever the codec. ``records`` is the number of records of
+the block (producer) or handed out from it (consumer; fewer after a seek into the
+block). ``time`` is the ack time (producer) or the hand-out time (consumer), in ms since
+the Unix epoch; ``min_timestamp`` is the block's oldest record timestamp, the start of
+the end-to-end latency. ``key``/``bucket`` name the object holding the block (known to
+``acks=all`` producers and to consumers), ``group`` the consumer group (consumers only).
+
+``crc`` protects the record like a notification's (CRC-32 of the canonical JSON of all
+other fields), so a damaged record is rejected instead of miscounted.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from memq.errors import ChecksumError, MalformedError, UnsupportedVersionError
+
+__all__ = [
+    "AUDIT_VERSION",
+    "MAX_AUDIT_RECORD_SIZE",
+    "AuditRecord",
+    "decode_audit",
+    "encode_audit",
+]
+
+AUDIT_VERSION = 1
+MAX_AUDIT_RECORD_SIZE = 16 * 1024
+
+_Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9._-]{1,249}$")]
+_U32 = Annotated[int, Field(ge=0, le=0xFFFFFFFF)]
+_U64 = Annotated[int, Field(ge=0, le=(1 << 64) - 1)]
+_Ts = Annotated[int, Field(ge=-(1 << 63), le=(1 << 63) - 1)]
+_Short = Annotated[str, Field(max_length=256)]
+
+
+class AuditRecord(BaseModel):
+    """What a producer or consumer reports about one block."""
+
+    model_config = ConfigDict(frozen=True, strict=True, extra="ignore")
+
+    format_version: int = AUDIT_VERSION
+    kind: Literal["produced", "consumed"]
+    topic: _Name
+    producer_id: _U64
+    epoch: _U32
+    sequence: _U64
+    records: Annotated[int, Field(ge=0, le=0xFFFFFFFF)]
+    content_crc: _U32
+    min_timestamp: _Ts
+    time: _Ts
+    client: _Short = ""
+    acks: Literal["0", "1", "all"] | None = None
+    bucket: Annotated[str, Field(max_length=1024)] | None = None
+    key: Annotated[str, Field(max_length=1024)] | None = None
+    group: _Short | None = None
+    block_index: Annotated[int, Field(ge=0, le=0xFFFFFFFF)] | None = None
+
+
+def _canonical(fields: dict[str, Any]) -> bytes:
+    return json.dumps(fields, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def encode_audit(fields: dict[str, Any]) -> bytes:
+    """Compact JSON of ``fields`` (an :class:`AuditRecord`'s fields) plus its ``crc``.
+
+    Takes a plain dict so the data path does not build a model per block; the auditor
+    validates on decode.
+    """
+    body = {"format_version": AUDIT_VERSION, **fields}
+    body["crc"] = zlib.crc32(_canonical(body))
+    return _canonical(body)
+
+
+def decode_audit(data: bytes | bytearray | memoryview | str) -> AuditRecord:
+    """Parse and validate one audit record; raises a typed :class:`MemqFormatError`."""
+    if len(data) > MAX_AUDIT_RECORD_SIZE:
+        raise MalformedError(
+            f"audit record of {len(data)} bytes exceeds {MAX_AUDIT_RECORD_SIZE}: "
+            "is the auditor reading the right Kafka topic?"
+        )
+    try:
+        obj = json.loads(bytes(data) if isinstance(data, bytearray | memoryview) else data)
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
+        raise MalformedError(f"audit record is not JSON: {e}") from None
+    if not isinstance(obj, dict):
+        raise MalformedError(f"audit record must be a JSON object, got {type(obj).__name__}")
+    crc = obj.pop("crc", None)
+    if type(crc) is not int:
+        raise MalformedError("audit record has no integer crc field")
+    if zlib.crc32(_canonical(obj)) != crc:
+        raise ChecksumError("audit record crc does not match its content: it was corrupted")
+    version = obj.get("format_version")
+    if version != AUDIT_VERSION:
+        raise UnsupportedVersionError(
+            f"audit record format_version {version!r} is not supported (this auditor knows "
+            f"{AUDIT_VERSION}): upgrade the auditor"
+        )
+    try:
+        return AuditRecord.model_validate(obj)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "record"
+        raise MalformedError(f"audit record field {where!r}: {first['msg']}") from None
