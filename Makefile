@@ -19,6 +19,17 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev,spark]'
+	@# The audit dashboard's browser test drives Debian's chromium (never a downloaded one).
+	@if [ ! -x /usr/bin/chromium ]; then \
+		if [ "$$(id -u)" = 0 ]; then \
+			echo "installing chromium for the audit dashboard browser test"; \
+			{ apt-get update && apt-get install -y chromium; } || \
+				echo "warning: installing chromium failed: the audit dashboard browser test will fail"; \
+		else \
+			echo "note: /usr/bin/chromium is missing: the audit dashboard browser test needs it;"; \
+			echo "      install it as root: sudo apt-get install -y chromium"; \
+		fi; \
+	fi
 	@touch $(STAMP)
 
 install: $(STAMP)

@@ -2,11 +2,15 @@
 
 On the local stack (started here if it is not running), it walks the whole pipeline:
 
-1. produce records with ``memq.Producer`` (acks=all) through the MemQ broker;
-2. read every notification back from Kafka and every batch object from S3 (header
+1. produce records with ``memq.Producer`` (acks=all) through the MemQ brokers;
+2. consume them with ``memq.Consumer`` in a group and check they are exactly those
+   produced;
+3. read every notification back from Kafka and every batch object from S3 (header
    range-read, checksum against the notification, each block by range, CRCs), and
-   check the records are exactly those produced;
-3. backfill the topic with Spark straight from S3 to Parquet and check the same;
+   check the same;
+4. backfill the topic with Spark straight from S3 to Parquet and check the same;
+5. ask the auditor (producer and consumer emitted audit records all along) for its
+   figures: every acked record consumed, nothing missing, duplicated or mismatched;
 
 and prints a summary. Any mismatch raises, so ``make demo`` fails loudly.
 """
@@ -29,6 +33,7 @@ from memq.errors import MemqError
 __all__ = ["DemoResult", "demo_with_stack", "run_demo"]
 
 CLUSTER = "dev"
+DEMO_GROUP = "demo-readers"
 Say = Callable[[str], None]
 
 
@@ -41,6 +46,10 @@ class DemoResult:
     checks: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     backfill_records: int | None = None
+    consumed: int = 0
+    #: The auditor's summary and missing blocks for the demo topic, and its dashboard URL.
+    audit: dict[str, Any] = field(default_factory=dict)
+    dashboard: str | None = None
 
 
 def _records(n: int, seed: int) -> list[tuple[bytes, bytes, dict[str, bytes] | None]]:
@@ -71,7 +80,8 @@ def _produce(state: StackState, topic: str, records: list[Any], res: DemoResult,
             "the local stack has no broker: restart it with `memq dev down && memq dev up`"
         )
     t0 = time.perf_counter()
-    with Producer({"bootstrap.servers": broker, "acks": "all", "linger.ms": 20}) as p:
+    conf = {"bootstrap.servers": broker, "acks": "all", "linger.ms": 20, "audit.enable": True}
+    with Producer(conf) as p:
         futures = [p.produce(topic, v, key=k, headers=h) for k, v, h in records]
         left = p.flush(120)
         if left:
@@ -85,6 +95,94 @@ def _produce(state: StackState, topic: str, records: list[Any], res: DemoResult,
     )
     res.checks.append(
         f"{len(records):,} records acknowledged with acks=all (stored in S3 and notified)"
+    )
+
+
+def _consume(
+    state: StackState, topic: str, expected: Counter[Any], res: DemoResult, say: Say
+) -> None:
+    """A ``memq.Consumer`` group reads the topic (and reports each block to the auditor)."""
+    from memq import Consumer
+
+    broker = ",".join(b["endpoint"] for b in state.extra.get("brokers", []) if b.get("endpoint"))
+    t0 = time.perf_counter()
+    c = Consumer(
+        {
+            "bootstrap.servers": broker,
+            "group.id": DEMO_GROUP,
+            "auto.offset.reset": "earliest",
+            "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 1000,
+            "audit.enable": True,
+        }
+    )
+    got: Counter[Any] = Counter()
+    total = sum(expected.values())
+    try:
+        c.subscribe(topic)
+        deadline = time.monotonic() + 120
+        while sum(got.values()) < total and time.monotonic() < deadline:
+            for m in c.consume(5000, 1.0):
+                h = None if m.headers is None else tuple(sorted(m.headers))
+                got[(m.key, m.value, h)] += 1
+        c.commit()
+    finally:
+        c.close()
+    if got != expected:
+        raise MemqError(
+            f"the consumer group read {sum(got.values())} records, differing from the "
+            f"{total} produced"
+        )
+    res.consumed = total
+    res.timings["consume (memq.Consumer group)"] = time.perf_counter() - t0
+    say(f"consumer group {DEMO_GROUP!r} read all {total:,} records, byte-exact")
+    res.checks.append(
+        f"memq.Consumer group {DEMO_GROUP!r} read {total:,} records straight from S3, equal "
+        "to those produced"
+    )
+
+
+def _audit(state: StackState, topic: str, res: DemoResult, say: Say) -> None:
+    """Wait until the auditor has matched every produced block, then keep its figures."""
+    import json
+    import urllib.parse
+    import urllib.request
+
+    from memq.devstack.procs import wait_for
+
+    auditor = state.extra.get("auditor")
+    if not auditor:
+        raise MemqError(
+            "the local stack runs without its auditor: restart it with `memq dev down && "
+            "memq dev up` (the auditor is on by default)"
+        )
+    url = str(auditor["url"])
+    t0 = time.perf_counter()
+
+    def get(path: str, **params: Any) -> Any:
+        q = urllib.parse.urlencode(params)
+        with urllib.request.urlopen(f"{url}{path}?{q}", timeout=30) as r:
+            return json.loads(r.read())
+
+    def matched() -> dict[str, Any] | None:
+        doc = get("/api/summary", topic=topic, since="1h", group=DEMO_GROUP)
+        t = doc["topics"][0] if doc["topics"] else None
+        g = t["groups"][0] if t and t["groups"] else None
+        if t and g and t["produced_records"] == res.records == g["consumed_records"]:
+            return dict(doc)
+        return None
+
+    say("waiting for the auditor to match every produced block with its consumption...")
+    doc = wait_for(matched, timeout=90, what="the auditor's figures for the demo topic")
+    g = doc["topics"][0]["groups"][0]
+    if g["missing_blocks"] or g["mismatches"] or g["duplicate_blocks"] or g["pending_blocks"]:
+        raise MemqError(f"the audit found problems: {g}")
+    res.audit = {"summary": doc, "missing": {}}
+    res.dashboard = url
+    res.timings["audit (auditor matched everything)"] = time.perf_counter() - t0
+    res.checks.append(
+        f"auditor: {res.records:,} records acked in {doc['topics'][0]['produced_blocks']} blocks, "
+        f"all consumed by {DEMO_GROUP!r}: 0 missing, 0 duplicated, 0 mismatched"
     )
 
 
@@ -228,21 +326,39 @@ def run_demo(
         (k, v, None if h is None else tuple(sorted(h.items()))) for k, v, h in recs
     )
     _produce(state, topic, recs, res, say)
+    _consume(state, topic, expected, res, say)
     _read_back(state, topic, expected, res, say)
     if backfill:
         _backfill(state, topic, expected, res, say)
+    _audit(state, topic, res, say)
     return res
 
 
-def demo_with_stack(stack: DevStack, *, keep: bool, say: Say, **kw: Any) -> DemoResult:
-    """Run the demo on the running stack, or on one started (and stopped) for it."""
+def demo_with_stack(
+    stack: DevStack,
+    *,
+    keep: bool,
+    say: Say,
+    report: Callable[[DemoResult, bool], None] | None = None,
+    **kw: Any,
+) -> DemoResult:
+    """Run the demo on the running stack, or on one started (and stopped) for it.
+
+    ``report(result, stack_stops)`` runs while the stack is still up (its dashboard
+    URL still answers), before a stack started here is stopped.
+    """
     state = stack.load()
     started = state is None
     if state is None:
-        say("starting the local stack (moto S3, Tansu Kafka, ZooKeeper, 3 MemQ brokers)...")
+        say(
+            "starting the local stack (moto S3, Tansu Kafka, ZooKeeper, 3 MemQ brokers, auditor)..."
+        )
         state = stack.up(progress=say, brokers=3)
     try:
-        return run_demo(state, say=say, **kw)
+        res = run_demo(state, say=say, **kw)
+        if report is not None:
+            report(res, started and not keep)
+        return res
     finally:
         if started and not keep:
             say("stopping the local stack...")

@@ -63,7 +63,8 @@ def ensure_topic(
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, **(extra or {})})
+    conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "logger": log, **(extra or {})}
+    admin = AdminClient(conf)
     try:
         # Listing every topic (not just this one) never triggers broker-side auto-creation.
         meta = admin.list_topics(timeout=timeout)

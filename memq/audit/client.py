@@ -59,6 +59,6 @@ class ClientAudit:
         out["audit_dropped"] += self._unrouted
         return out
 
-    def close(self, timeout: float = 10.0) -> None:
+    def close(self, timeout: float = 5.0) -> None:
         if self._emitter is not None:
             self._emitter.close(timeout)

@@ -51,6 +51,7 @@ class AuditEmitter:
                 "message.timeout.ms": 60_000,
                 "socket.keepalive.enable": True,
                 "error_cb": self._on_error,
+                "logger": log,  # librdkafka's own logs through Python logging, not stderr
                 **self._kafka,
             }
         )
@@ -122,12 +123,12 @@ class AuditEmitter:
         while not self._stop.is_set():
             self._producer.poll(0.2)
 
-    def close(self, timeout: float = 10.0) -> None:
+    def close(self, timeout: float = 5.0) -> None:
         """Deliver what is queued (up to ``timeout``); what is left counts as dropped."""
         if self._stop.is_set():
             return
         self._stop.set()
-        self._thread.join(timeout)
+        self._thread.join(min(1.0, timeout))  # a daemon: it may still be creating the topic
         left = self._producer.flush(timeout)
         if left:
             with self._lock:

@@ -14,7 +14,8 @@ Two parts in one process:
 API (all ``GET``, JSON; ``since`` is a duration back from now such as ``10m``, an
 ISO-8601 time or epoch ms, default ``1h``; ``grace_s`` overrides the grace period):
 
-- ``/api/summary?since=&topic=&group=&grace_s=``: per topic and group figures;
+- ``/api/summary?since=&topic=&group=&grace_s=&strict=``: per topic and group figures
+  (``strict=1``: every block of the window must be consumed, see :mod:`memq.audit.store`);
 - ``/api/timeseries?topic=&since=&group=&grace_s=``: per-minute series;
 - ``/api/missing?topic=&group=&since=&limit=&grace_s=``: missing blocks with the
   object keys that should hold them;
@@ -287,6 +288,10 @@ class Auditor:
 
     # --- queries ------------------------------------------------------------------------
 
+    @staticmethod
+    def strict(query: Any) -> bool:
+        return str(query.get("strict") or "").lower() in {"1", "true", "yes"}
+
     def window(self, query: Any) -> tuple[int, int, int]:
         """``(now_ms, since_ms, grace_ms)`` from request parameters."""
         now = self.clock()
@@ -303,11 +308,13 @@ class Auditor:
             grace_ms=grace,
             topic=query.get("topic") or None,
             group=query.get("group") or None,
+            strict=self.strict(query),
         )
         return {
             "now_ms": now,
             "since_ms": since,
             "grace_period_s": grace / 1000,
+            "strict": self.strict(query),
             "topics": [t.to_dict() for t in topics],
             "ingest": self.status()["ingest"],
         }
@@ -386,7 +393,7 @@ class Auditor:
                 raise ConfigError("timeseries windows are limited to 7 days (10080 minutes)")
             return self.store.timeseries(
                 need(q, "topic"), now_ms=now, since_ms=since, grace_ms=grace,
-                group=q.get("group") or None,
+                group=q.get("group") or None, strict=self.strict(q),
             )  # fmt: skip
 
         def limit(q: Any) -> int:
@@ -399,7 +406,7 @@ class Auditor:
             now, since, grace = self.window(q)
             rows = self.store.missing(
                 need(q, "topic"), need(q, "group"), now_ms=now, since_ms=since,
-                grace_ms=grace, limit=limit(q),
+                grace_ms=grace, limit=limit(q), strict=self.strict(q),
             )  # fmt: skip
             return {"now_ms": now, "since_ms": since, "blocks": rows}
 

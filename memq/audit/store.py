@@ -11,8 +11,10 @@ Figures for a group are computed over the blocks *produced* in the asked window:
 
 - ``consumed``: blocks (records) of the window the group handed out;
 - ``missing``: blocks acked longer ago than the grace period and never handed out by the
-  group, counted from the group's *watch start* (the ack time of the oldest block it
-  consumed: a group that starts at ``latest`` is not blamed for what came before it);
+  group, counted from the group's *watch start*: the ack time of the oldest block it
+  consumed, so a group that starts at ``latest`` is not blamed for what came before it.
+  The price: a loss of the very first blocks a group should have read goes unseen; for
+  groups that read from the beginning, ``strict`` counts every block of the window;
 - ``pending``: the same within the grace period (in flight, not yet a loss);
 - ``duplicates``: blocks handed out more than once (a retried block stored twice, a
   redelivery after a crash: at-least-once), with the extra records;
@@ -165,8 +167,8 @@ class AuditStore:
         if str(path) != ":memory:":
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
-        conn = self._conn()
         try:
+            conn = self._conn()
             conn.executescript(_SCHEMA)
         except sqlite3.DatabaseError as e:
             raise MemqError(
@@ -186,8 +188,12 @@ class AuditStore:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
             conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=NORMAL")
+            except sqlite3.Error:
+                conn.close()
+                raise
             self._local.conn = conn
         return conn
 
@@ -308,8 +314,13 @@ class AuditStore:
         grace_ms: int,
         topic: str | None = None,
         group: str | None = None,
+        strict: bool = False,
     ) -> list[TopicFigures]:
-        """Figures per topic and group for blocks acked in ``[since_ms, now_ms]``."""
+        """Figures per topic and group for blocks acked in ``[since_ms, now_ms]``.
+
+        ``strict``: every block of the window must be consumed by every group (for groups
+        that read from the beginning); otherwise a group's watch start applies.
+        """
         out = []
         for t in [topic] if topic else self.topics():
             tf = TopicFigures(t)
@@ -325,16 +336,21 @@ class AuditStore:
             tf.produced_blocks, tf.produced_records = int(row[0]), int(row[1])
             tf.last_produced_ms = None if row[2] is None else int(row[2])
             for g in [group] if group is not None else self.groups(t):
-                tf.groups.append(self._group(t, g, now_ms, since_ms, grace_ms))
+                tf.groups.append(self._group(t, g, now_ms, since_ms, grace_ms, strict))
             if tf.groups:
                 tf.status = max((g.status for g in tf.groups), key=_SEVERITY.__getitem__)
             out.append(tf)
         return out
 
-    def _group(self, topic: str, group: str, now_ms: int, since_ms: int, grace_ms: int) -> Any:
+    def _start(self, topic: str, group: str, since_ms: int, strict: bool) -> int | None:
+        return since_ms if strict else self.watch_start(topic, group)
+
+    def _group(
+        self, topic: str, group: str, now_ms: int, since_ms: int, grace_ms: int, strict: bool
+    ) -> Any:
         conn = self._conn()
         gf = GroupFigures(group)
-        gf.watch_start_ms = self.watch_start(topic, group)
+        gf.watch_start_ms = self._start(topic, group, since_ms, strict)
         latencies: list[float] = []
         for recs, crecs, times, match, lat in conn.execute(
             "SELECT p.records, c.records, c.times, "
@@ -397,6 +413,7 @@ class AuditStore:
         since_ms: int,
         grace_ms: int,
         group: str | None = None,
+        strict: bool = False,
     ) -> dict[str, Any]:
         """Per-minute series for ``topic`` (and each of its groups, or just ``group``).
 
@@ -439,7 +456,7 @@ class AuditStore:
                     consumed[i] += recs
                     if latency is not None:
                         lat[i].append(latency)
-            start = self.watch_start(topic, g)
+            start = self._start(topic, g, first, strict)
             if start is not None:
                 for acked, recs in conn.execute(
                     "SELECT p.acked_ms, p.records FROM produced p WHERE p.topic = ? "
@@ -470,9 +487,10 @@ class AuditStore:
         since_ms: int,
         grace_ms: int,
         limit: int = 1000,
+        strict: bool = False,
     ) -> list[dict[str, Any]]:
         """Blocks acked in the window, past the grace period, never handed out by ``group``."""
-        start = self.watch_start(topic, group)
+        start = self._start(topic, group, since_ms, strict)
         if start is None:
             return []
         rows = self._conn().execute(

@@ -21,7 +21,7 @@ app = typer.Typer(
     help="Audit: prove every acked record was consumed (auditor service, dashboard, report).",
     no_args_is_help=True,
 )
-out = Console()
+out = Console(width=max(Console().width, 120))
 err = Console(stderr=True)
 
 #: Exit codes of ``memq audit report``.
@@ -111,6 +111,11 @@ def report(
     grace: str | None = typer.Option(
         None, help="Override the grace period (e.g. 0s: count every unconsumed block)."
     ),
+    strict: bool = typer.Option(
+        False,
+        help="Every block acked in the window must be consumed by each group (groups that "
+        "read from the beginning). Default: from the oldest block a group consumed.",
+    ),
     url: str | None = typer.Option(
         None, help="Auditor URL (default: the local stack's, else http://127.0.0.1:8080)."
     ),
@@ -124,9 +129,15 @@ def report(
     """Produced, consumed, missing, pending, duplicates, mismatches and latency for a topic.
     Exit 0 when nothing is missing, 1 when records are missing or mismatched, 2 when there
     is no audit data for the topic (nothing can be proven)."""
-    params = {"since": since, "topic": topic, "group": group, "grace_s": grace}
+    params = {
+        "since": since,
+        "topic": topic,
+        "group": group,
+        "grace_s": grace,
+        "strict": "1" if strict else None,
+    }
     if db is not None:
-        doc, missing = _from_db(db, params, limit)
+        doc, missing = _from_db(db, params, limit, strict)
     else:
         base = _auditor_url(url, state_dir)
         doc = _get(base, "/api/summary", params)
@@ -151,7 +162,9 @@ def report(
         raise typer.Exit(EXIT_LOSS)
 
 
-def _from_db(db: Path, params: dict[str, Any], limit: int) -> tuple[dict[str, Any], Any]:
+def _from_db(
+    db: Path, params: dict[str, Any], limit: int, strict: bool
+) -> tuple[dict[str, Any], Any]:
     """The report's figures straight from an auditor SQLite file (no server needed)."""
     from memq.audit.config import AuditKafkaConfig, AuditorConfig
     from memq.audit.service import Auditor
@@ -171,6 +184,7 @@ def _from_db(db: Path, params: dict[str, Any], limit: int) -> tuple[dict[str, An
                 since_ms=doc["since_ms"],
                 grace_ms=int(doc["grace_period_s"] * 1000),
                 limit=limit,
+                strict=strict,
             )
             for t in doc["topics"]
             for g in t["groups"]
@@ -182,8 +196,17 @@ def _from_db(db: Path, params: dict[str, Any], limit: int) -> tuple[dict[str, An
     return doc, missing
 
 
-def _print(doc: dict[str, Any], t: dict[str, Any] | None, missing: dict[str, Any]) -> None:
+def print_report(console: Console, doc: dict[str, Any], missing: dict[str, Any]) -> None:
+    """The report of ``doc`` (an /api/summary answer for one topic) on ``console``."""
+    _print(doc, doc["topics"][0] if doc["topics"] else None, missing, console)
+
+
+def _print(
+    doc: dict[str, Any], t: dict[str, Any] | None, missing: dict[str, Any], out: Console = out
+) -> None:
     window = f"since {_when(doc['since_ms'])} UTC, grace {doc['grace_period_s']:g} s"
+    if doc.get("strict"):
+        window += ", strict"
     if t is None or (t["produced_blocks"] == 0 and not t["groups"]):
         out.print(f"[yellow]no audit records for this topic ({window})[/yellow]")
         return

@@ -1,0 +1,439 @@
+"""The audit dashboard in a real browser: Debian's headless chromium driven by Playwright.
+
+An in-process auditor reads a fresh audit topic; records go through the session's broker
+with auditing on, a group consumes them, and the page must show produced == consumed,
+the charts, and then, after one S3 object is deleted before the group reads it, exactly
+that object's records as missing with the object key in the drill-down.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from memq import Consumer, Producer
+from memq.audit.config import AuditorConfig
+from memq.audit.service import AuditorThread
+from memq.devstack import StackState
+from memq.producer.futures import RecordFuture
+
+CHROMIUM = Path("/usr/bin/chromium")
+LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
+GRACE_S = 3.0
+#: Colour of status "missing" in app.css (--missing-bg: #cf222e).
+RED = "rgb(207, 34, 46)"
+GREEN = "rgb(26, 127, 55)"
+CHARTS = ("chart-throughput", "chart-missing", "chart-latency")
+WAIT_MS = 30_000
+GROUP_CONF = {
+    "auto.offset.reset": "earliest",
+    "session.timeout.ms": 6000,
+    "heartbeat.interval.ms": 1000,
+    "corrupt.object.policy": "skip",
+}
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if not CHROMIUM.exists():
+        pytest.fail(
+            f"{CHROMIUM} is missing: the audit dashboard test drives Debian's chromium; "
+            "run `make install` (as root it installs the chromium package) or "
+            "`apt-get install -y chromium`",
+            pytrace=False,
+        )
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.fail("playwright is not installed: run `make install`", pytrace=False)
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=LAUNCH_ARGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture
+def auditor(
+    memq_stack: StackState, unique_name: Callable[[str], str], tmp_path: Path
+) -> Iterator[AuditorThread]:
+    cfg = AuditorConfig(
+        kafka={"bootstrap_servers": memq_stack.kafka_bootstrap},
+        audit_topic=unique_name("audit"),
+        db_path=tmp_path / "audit.db",
+        http_port=0,
+        grace_period_s=GRACE_S,
+    )
+    a = AuditorThread(cfg)
+    a.start()
+    try:
+        yield a
+    finally:
+        a.stop()
+
+
+class PageWatch:
+    """A page plus what it logged: uncaught errors and console errors fail the test."""
+
+    def __init__(self, page: Any, shots: Path) -> None:
+        self.page = page
+        self.shots = shots
+        self.errors: list[str] = []
+        page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
+        page.on(
+            "console",
+            lambda m: (
+                self.errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None
+            ),
+        )
+
+    def fail_with_context(self, err: Exception, name: str, step: str = "") -> AssertionError:
+        """``err`` with the step, the page's status line and table, and a screenshot."""
+        shot: str = str(self.shots / f"{name}.png")
+        try:
+            self.page.screenshot(path=shot, full_page=True)
+        except Exception as e:  # the page may be gone; the original error matters more
+            shot = f"(no screenshot: {e})"
+        try:
+            status = self.page.get_by_test_id("status-line").inner_text(timeout=2000)
+            table = self.page.get_by_test_id("topic-table").inner_text(timeout=2000)
+        except Exception as e:
+            status, table = f"(unreadable: {e})", ""
+        lines = [f"failed at: {step}"] if step else []
+        lines += [
+            str(err),
+            f"--- dashboard status line: {status}",
+            f"--- topic table:\n{table}",
+            f"--- page errors: {self.errors}",
+            f"--- screenshot: {shot}",
+        ]
+        return AssertionError("\n".join(lines))
+
+
+def produce_burst(p: Producer, topic: str, start: int, n: int) -> list[RecordFuture]:
+    futures = [p.produce(topic, b"dash-%06d-" % i + bytes(i % 64)) for i in range(start, start + n)]
+    for f in futures:  # acks=all: each record is in S3 and notified once this returns
+        f.result(60)
+    return futures
+
+
+def drain(c: Consumer, n: int, timeout: float = 40.0) -> int:
+    got = 0
+    deadline = time.monotonic() + timeout
+    while got < n and time.monotonic() < deadline:
+        got += len(c.consume(1000, 1.0))
+    assert got == n, f"consumed {got} records, expected {n}"
+    return got
+
+
+def row_locator(page: Any, topic: str, group: str) -> Any:
+    return page.locator(f'tr[data-testid="topic-row"][data-topic="{topic}"][data-group="{group}"]')
+
+
+def expect_cell(row: Any, col: str, value: object, what: str) -> None:
+    from playwright.sync_api import expect
+
+    expect(row.locator(f'td[data-col="{col}"]'), what).to_have_attribute(
+        "data-value", str(value), timeout=WAIT_MS
+    )
+
+
+def test_dashboard_shows_the_flow_then_a_deleted_object_as_missing(
+    memq_stack: StackState,
+    auditor: AuditorThread,
+    browser: Any,
+    unique_name: Callable[[str], str],
+    tmp_path: Path,
+) -> None:
+    from playwright.sync_api import expect
+
+    address = memq_stack.extra["brokers"][0]["endpoint"]
+    audit_topic = auditor.config.audit_topic
+    topic, group = unique_name("dash"), "dash-group"
+    producer = Producer(
+        {
+            "bootstrap.servers": address,
+            "acks": "all",
+            "linger.ms": 5,
+            "batch.size": 16 * 1024,
+            "audit.enable": True,
+            "audit.topic": audit_topic,
+        }
+    )
+    consumer = Consumer(
+        {
+            "bootstrap.servers": address,
+            "group.id": group,
+            "audit.enable": True,
+            "audit.topic": audit_topic,
+            **GROUP_CONF,
+        }
+    )
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    watch = PageWatch(context.new_page(), tmp_path)
+    page = watch.page
+    step = "setup"
+    try:
+        # --- 3000 records in three acked bursts (several blocks and objects) ------------
+        step = "produce and consume 3000 records"
+        first = [f for i in range(3) for f in produce_burst(producer, topic, i * 1000, 1000)]
+        assert len({f.result(0).key for f in first}) >= 3
+        consumer.subscribe(topic)
+        drain(consumer, 3000)
+
+        step = "dashboard shows produced == consumed == 3000, missing 0, status ok"
+        page.goto(f"{auditor.url}/?refresh=1")
+        row = row_locator(page, topic, group)
+        expect(row, "the topic/group row never appeared").to_have_count(1, timeout=WAIT_MS)
+        expect_cell(row, "produced", 3000, "produced records")
+        expect_cell(row, "consumed", 3000, "consumed records")
+        expect_cell(row, "missing", 0, "missing records")
+        expect_cell(row, "mismatches", 0, "mismatches")
+        expect_cell(row, "status", "ok", "status")
+        status_cell = row.locator('td[data-col="status"]')
+        expect(status_cell).to_have_css("background-color", GREEN)
+        expect(page.get_by_test_id("status-line")).to_have_attribute("data-state", "ok")
+        expect(page.get_by_test_id("ingest-status")).to_contain_text("ingested")
+        expect(page.get_by_test_id("last-updated")).not_to_have_text("never")
+
+        step = "clicking the row selects it and renders the charts"
+        row.click()
+        expect(row).to_have_attribute("aria-selected", "true")
+        expect(page.get_by_test_id("detail-topic")).to_have_text(topic)
+        expect(page.get_by_test_id("detail-group")).to_have_text(group)
+        page.wait_for_function(
+            """([topic, group]) => {
+                const ts = window.__memqLast && window.__memqLast.timeseries;
+                if (!ts || ts.topic !== topic || !ts.groups[group]) return false;
+                const sum = a => a.reduce((x, y) => x + (y || 0), 0);
+                return sum(ts.produced) === 3000 && sum(ts.groups[group].consumed) === 3000;
+            }""",
+            arg=[topic, group],
+            timeout=WAIT_MS,
+        )
+        sizes = {}
+        for chart in CHARTS:
+            canvas = page.get_by_test_id(chart).locator("canvas")
+            expect(canvas, f"{chart} has no uPlot canvas").to_have_count(1)
+            box = canvas.bounding_box()
+            assert box is not None and box["width"] > 100 and box["height"] > 50, (chart, box)
+            sizes[chart] = box["width"]
+        assert page.evaluate("window.__memqLast.error") is None
+        expect(
+            page.get_by_test_id("missing-table").locator("[data-testid=missing-empty]")
+        ).to_have_count(1)
+
+        step = "refreshes update the charts in place (no leaked uPlot instances)"
+        seen = page.evaluate("window.__memqLast.refreshes")
+        page.wait_for_function(f"window.__memqLast.refreshes >= {seen + 2}", timeout=WAIT_MS)
+        assert page.evaluate("document.querySelectorAll('.uplot').length") == 3
+        assert page.evaluate("window.__memqChartCount()") == 3
+
+        step = "charts follow the page width"
+        page.set_viewport_size({"width": 700, "height": 1000})  # three columns -> one
+        page.wait_for_function(
+            """([ids, before]) => ids.every((id, i) => {
+                const box = document.querySelector(`[data-testid="${id}"]`);
+                const w = box.querySelector("canvas").getBoundingClientRect().width;
+                return Math.abs(w - before[i]) > 50 && Math.abs(w - box.clientWidth) <= 2;
+            })""",
+            arg=[list(CHARTS), [sizes[c] for c in CHARTS]],
+            timeout=10_000,
+        )
+
+        # --- lose one object: delete it before the group reads it -------------------------
+        step = "produce 1500 more records and delete one of their objects"
+        second = produce_burst(producer, topic, 3000, 1000) + produce_burst(
+            producer, topic, 4000, 500
+        )
+        keys = sorted({f.result(0).key for f in second[:1000]})
+        deleted = keys[0]
+        assert deleted is not None
+        lost = [f.result(0) for f in first + second if f.result(0).key == deleted]
+        memq_stack.s3_client().delete_object(Bucket=memq_stack.bucket, Key=deleted)
+        drain(consumer, len(second) - len(lost))  # policy skip: the deleted object is skipped
+
+        step = f"dashboard reports the {len(lost)} records of {deleted} missing"
+        expect_cell(row, "produced", 4500, "produced records after the loss")
+        expect_cell(row, "consumed", 4500 - len(lost), "consumed records after the loss")
+        expect_cell(row, "missing", len(lost), "missing records (those of the deleted object)")
+        expect_cell(row, "status", "missing", "status after the loss")
+        expect(status_cell, "status 'missing' is not red").to_have_css("background-color", RED)
+        missing_rows = page.get_by_test_id("missing-row")
+        expect(missing_rows.first).to_be_visible(timeout=WAIT_MS)
+        page.wait_for_function(
+            f"""() => [...document.querySelectorAll('[data-testid=missing-row]')]
+                .reduce((n, r) => n + Number(r.dataset.records), 0) === {len(lost)}""",
+            timeout=WAIT_MS,
+        )
+        shown = missing_rows.evaluate_all(
+            "rows => rows.map(r => [r.dataset.objectKey, r.dataset.producerId, r.dataset.sequence])"
+        )
+        assert {k for k, _, _ in shown} == {deleted}, shown
+        # u64 producer ids survive JSON parsing in the page exactly (no float rounding).
+        assert {p for _, p, _ in shown} == {str(m.producer_id) for m in lost}, shown
+        assert {int(s) for _, _, s in shown} == {m.sequence for m in lost}, shown
+        key_cells = page.get_by_test_id("missing-table").locator('td[data-col="object_key"]')
+        expect(key_cells.first).to_have_text(deleted)
+        page.wait_for_function(
+            f"""([group]) => {{
+                const g = window.__memqLast.timeseries.groups[group];
+                return g && g.missing.reduce((x, y) => x + y, 0) === {len(lost)};
+            }}""",
+            arg=[group],
+            timeout=WAIT_MS,
+        )
+        expect(page.get_by_test_id("status-line")).to_contain_text("missing")
+        assert watch.errors == [], watch.errors
+    except Exception as e:
+        raise watch.fail_with_context(e, "dashboard-failure", step) from e
+    finally:
+        context.close()
+        consumer.close()
+        producer.close()
+
+
+def test_dashboard_is_offline_and_shows_api_errors(
+    auditor: AuditorThread, browser: Any, tmp_path: Path
+) -> None:
+    """Every request stays on the auditor's own host:port; a dead API is shown, not hidden."""
+    from playwright.sync_api import expect
+
+    own = urlsplit(auditor.url).netloc
+    requests: list[str] = []
+    outside: list[str] = []
+    context = browser.new_context()
+
+    def route(r: Any) -> None:
+        url = r.request.url
+        requests.append(url)
+        if url.startswith("data:"):
+            r.continue_()
+        elif urlsplit(url).netloc != own:
+            outside.append(url)
+            r.abort()
+        else:
+            r.continue_()
+
+    context.route("**/*", route)
+    watch = PageWatch(context.new_page(), tmp_path)
+    page = watch.page
+    try:
+        # A selected topic with no data still draws the three charts (every asset used).
+        page.goto(f"{auditor.url}/?refresh=1#since=15m&topic=nothing-here&group=g")
+        for chart in CHARTS:
+            expect(page.get_by_test_id(chart).locator("canvas")).to_have_count(1, timeout=WAIT_MS)
+        expect(page.get_by_test_id("status-line")).to_have_attribute("data-state", "ok")
+        expect(page.get_by_test_id("topic-table").get_by_test_id("topic-empty")).to_have_count(1)
+        assert page.evaluate("typeof uPlot") == "function"
+        paths = {urlsplit(u).path for u in requests}
+        for asset in ("/", "/static/app.js", "/static/app.css", "/static/vendor/uPlot.iife.min.js"):
+            assert asset in paths, (asset, sorted(paths))
+        assert {"/api/summary", "/api/timeseries", "/api/missing"} <= paths, sorted(paths)
+        assert outside == [], f"the page requested other hosts than {own}: {outside}"
+
+        # The API goes away: the status line says so.
+        page.route("**/api/**", lambda r: r.abort())
+        page.get_by_test_id("refresh-now").click()
+        line = page.get_by_test_id("status-line")
+        expect(line).to_have_attribute("data-state", "error", timeout=WAIT_MS)
+        expect(line).to_contain_text("cannot reach the auditor API")
+        assert outside == [], outside
+    except Exception as e:
+        raise watch.fail_with_context(e, "offline-failure") from e
+    finally:
+        context.close()
+
+
+def test_dashboard_renders_api_strings_as_text(
+    auditor: AuditorThread, browser: Any, tmp_path: Path
+) -> None:
+    """Group names are arbitrary strings: markup in them must show up as text."""
+    from playwright.sync_api import expect
+
+    evil_topic = "t<img src=x onerror=window.__pwned=1>"
+    evil_group = '<b id="bold">g</b>"\'&'
+    summary = {
+        "now_ms": int(time.time() * 1000),
+        "since_ms": 0,
+        "grace_period_s": GRACE_S,
+        "topics": [
+            {
+                "topic": evil_topic,
+                "produced_blocks": 1,
+                "produced_records": 5,
+                "last_produced_ms": None,
+                "status": "missing",
+                "groups": [
+                    {
+                        "group": evil_group,
+                        "consumed_blocks": 0,
+                        "consumed_records": 0,
+                        "missing_blocks": 1,
+                        "missing_records": 5,
+                        "pending_blocks": 0,
+                        "pending_records": 0,
+                        "duplicate_blocks": 0,
+                        "duplicate_records": 0,
+                        "mismatches": 0,
+                        "unaudited_blocks": 0,
+                        "unaudited_records": 0,
+                        "latency_p50_ms": None,
+                        "latency_p99_ms": None,
+                        "status": "missing",
+                    }
+                ],
+            }
+        ],
+        "ingest": {"produced_records": 1, "consumed_records": 0, "error": "<i>boom</i>"},
+    }
+    missing = {
+        "blocks": [
+            {
+                "producer_id": 18446744073709551557,  # u64 near the top: not a safe JS number
+                "epoch": 0,
+                "sequence": 9007199254740993,
+                "records": 5,
+                "acked_ms": 0,
+                "object_key": "k<script>window.__pwned=2</script>",
+                "bucket": "b",
+            }
+        ]
+    }
+    context = browser.new_context()
+    context.route("**/api/summary*", lambda r: r.fulfill(json=summary))
+    context.route("**/api/missing*", lambda r: r.fulfill(json=missing))
+    watch = PageWatch(context.new_page(), tmp_path)
+    page = watch.page
+    try:
+        page.goto(f"{auditor.url}/?refresh=60")
+        row = page.get_by_test_id("topic-row")
+        expect(row).to_have_count(1, timeout=WAIT_MS)
+        expect(row).to_have_attribute("data-topic", evil_topic)
+        expect(row.locator('td[data-col="topic"]')).to_have_text(evil_topic)
+        expect(row.locator('td[data-col="group"]')).to_have_text(evil_group)
+        expect(page.get_by_test_id("ingest-status")).to_contain_text("<i>boom</i>")
+        mrow = page.get_by_test_id("missing-row")
+        expect(mrow).to_have_count(1, timeout=WAIT_MS)
+        expect(mrow.locator('td[data-col="object_key"]')).to_have_text(
+            missing["blocks"][0]["object_key"]
+        )
+        expect(mrow.locator('td[data-col="producer_id"]')).to_have_text("18446744073709551557")
+        expect(mrow.locator('td[data-col="sequence"]')).to_have_text("9007199254740993")
+        assert (
+            page.evaluate(
+                "document.querySelectorAll('main img, main b#bold, main script, header i').length"
+            )
+            == 0
+        )
+        assert page.evaluate("window.__pwned") is None
+    except Exception as e:
+        raise watch.fail_with_context(e, "escape-failure") from e
+    finally:
+        context.close()

@@ -1,0 +1,246 @@
+"""Matching and figures of the auditor's SQLite store, from hand-made audit records."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memq.audit.store import AuditStore, Ingest, percentile
+from memq.audit.window import parse_duration_s, parse_since
+from memq.errors import ConfigError, MemqError
+from memq.formats.audit import AuditRecord
+
+T0 = 1_763_790_000_000  # a minute boundary
+MIN = 60_000
+_offsets = iter(range(1_000_000))
+
+
+def rec(kind: str, seq: int, *, t: int, pid: int = 7, records: int = 100, crc: int = 1,
+        group: str | None = None, topic: str = "events", key: str | None = None,
+        min_ts: int | None = None) -> Ingest:  # fmt: skip
+    r = AuditRecord(
+        kind=kind,  # type: ignore[arg-type]
+        topic=topic,
+        producer_id=pid,
+        epoch=0,
+        sequence=seq,
+        records=records,
+        content_crc=crc,
+        min_timestamp=t - 500 if min_ts is None else min_ts,
+        time=t,
+        acks="all" if kind == "produced" else None,
+        bucket="b",
+        key=key or f"obj-{seq}",
+        group=group,
+    )
+    return Ingest(r, "memq.audit", 0, next(_offsets))
+
+
+def produced(seq: int, t: int, **kw: Any) -> Ingest:
+    return rec("produced", seq, t=t, **kw)
+
+
+def consumed(seq: int, t: int, group: str = "g", **kw: Any) -> Ingest:
+    return rec("consumed", seq, t=t, group=group, **kw)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> AuditStore:
+    return AuditStore(tmp_path / "audit.db")
+
+
+def figures(store: AuditStore, now: int, *, since: int = T0 - MIN, grace: int = 10_000,
+            group: str | None = None) -> Any:  # fmt: skip
+    (t,) = store.summary(now_ms=now, since_ms=since, grace_ms=grace, topic="events", group=group)
+    return t
+
+
+def test_everything_consumed_is_ok(store: AuditStore) -> None:
+    store.apply([produced(i, T0 + i * 1000) for i in range(10)])
+    store.apply([consumed(i, T0 + 20_000 + i) for i in range(10)])
+    t = figures(store, T0 + 60_000)
+    assert (t.produced_blocks, t.produced_records, t.status) == (10, 1000, "ok")
+    (g,) = t.groups
+    assert (g.consumed_blocks, g.consumed_records, g.missing_blocks, g.pending_blocks) == (
+        10, 1000, 0, 0,
+    )  # fmt: skip
+    assert g.status == "ok" and g.duplicate_blocks == 0 and g.mismatches == 0
+    # latency = hand-out time - oldest record: 20_000 + i - (i * 1000 - 500)
+    lat = sorted(20_000 + i - (i * 1000 - 500) for i in range(10))
+    assert g.latency_p50_ms == lat[4] and g.latency_p99_ms == lat[9]
+
+
+def test_missing_after_grace_pending_before(store: AuditStore) -> None:
+    store.apply([produced(i, T0 + i * 1000) for i in range(10)])
+    store.apply([consumed(i, T0 + 30_000) for i in (0, 1, 2, 4, 5, 6, 7)])  # 3, 8, 9 never
+    now = T0 + 17_500  # grace 10 s: blocks acked before T0 + 7.5 s are due
+    g = figures(store, now).groups[0]
+    assert (g.missing_blocks, g.missing_records) == (1, 100)  # block 3
+    assert (g.pending_blocks, g.pending_records) == (2, 200)  # blocks 8, 9
+    assert g.status == "missing" and figures(store, now).status == "missing"
+    rows = store.missing("events", "g", now_ms=now, since_ms=T0 - MIN, grace_ms=10_000)
+    assert [(r["sequence"], r["object_key"], r["records"]) for r in rows] == [(3, "obj-3", 100)]
+    later = T0 + 60_000
+    assert figures(store, later).groups[0].missing_blocks == 3
+    # The late consumption of block 3 repairs it.
+    store.apply([consumed(3, T0 + 61_000)])
+    assert figures(store, later + 2000).groups[0].missing_blocks == 2
+
+
+def test_group_is_not_blamed_for_blocks_before_it_started(store: AuditStore) -> None:
+    store.apply([produced(i, T0 + i * 1000) for i in range(10)])
+    store.apply([consumed(i, T0 + 30_000, group="late") for i in range(5, 10)])
+    g = figures(store, T0 + 120_000, group="late").groups[0]
+    assert g.watch_start_ms == T0 + 5000
+    assert (g.consumed_blocks, g.missing_blocks) == (5, 0)
+
+
+def test_duplicates_mismatches_and_unaudited(store: AuditStore) -> None:
+    store.apply([produced(i, T0 + i * 1000, crc=100 + i) for i in range(4)])
+    store.apply(
+        [
+            consumed(0, T0 + 20_000, crc=100),
+            consumed(0, T0 + 21_000, crc=100),  # redelivered
+            consumed(1, T0 + 20_000, crc=999),  # different content
+            consumed(2, T0 + 20_000, crc=102),
+            consumed(3, T0 + 20_000, crc=103),
+            consumed(50, T0 + 20_000, crc=5),  # no produced record
+        ]
+    )
+    g = figures(store, T0 + 60_000).groups[0]
+    assert (g.consumed_blocks, g.consumed_records) == (4, 400)
+    assert (g.duplicate_blocks, g.duplicate_records) == (1, 100)
+    assert g.mismatches == 1 and (g.unaudited_blocks, g.unaudited_records) == (1, 100)
+    assert g.status == "missing"  # a mismatch is a loss of the original content
+    kinds = {
+        (a["sequence"], a["kind"])
+        for a in store.anomalies("events", "g", now_ms=T0 + 60_000, since_ms=T0 - MIN)
+    }
+    assert kinds == {(0, "duplicate"), (1, "mismatch")}
+
+
+def test_same_group_different_crc_on_redelivery_is_a_mismatch(store: AuditStore) -> None:
+    store.apply([produced(0, T0, crc=1), consumed(0, T0 + 1000, crc=1)])
+    store.apply([consumed(0, T0 + 2000, crc=2)])
+    assert figures(store, T0 + 60_000).groups[0].mismatches == 1
+
+
+def test_groups_are_independent(store: AuditStore) -> None:
+    store.apply([produced(i, T0 + i * 1000) for i in range(3)])
+    store.apply([consumed(i, T0 + 10_000, group="a") for i in range(3)])
+    store.apply([consumed(i, T0 + 10_000, group="b") for i in (0, 2)])
+    t = figures(store, T0 + 60_000)
+    by = {g.group: g for g in t.groups}
+    assert by["a"].missing_blocks == 0 and by["b"].missing_blocks == 1
+    assert t.status == "missing"
+
+
+def test_unconsumed_topic(store: AuditStore) -> None:
+    store.apply([produced(0, T0)])
+    t = figures(store, T0 + 60_000)
+    assert t.groups == [] and t.status == "unconsumed"
+
+
+def test_identity_includes_producer_and_u64_round_trips(store: AuditStore) -> None:
+    big = (1 << 64) - 5
+    store.apply([produced(1, T0, pid=big), produced(1, T0, pid=1)])
+    store.apply([consumed(1, T0 + 1000, pid=big)])
+    rows = store.missing("events", "g", now_ms=T0 + 60_000, since_ms=T0 - MIN, grace_ms=0)
+    assert [(r["producer_id"], r["sequence"]) for r in rows] == [(1, 1)]
+
+
+def test_offsets_are_stored_with_the_rows_and_rejected_records_advance_them(
+    tmp_path: Path,
+) -> None:
+    s = AuditStore(tmp_path / "a.db")
+    s.apply(
+        [Ingest(produced(0, T0).record, "memq.audit", 0, 10)],
+        rejected=[("memq.audit", 0, 11), ("memq.audit", 1, 3)],
+    )
+    assert s.offsets("memq.audit") == {0: 12, 1: 4}
+    assert s.counters() == {"produced_records": 1, "rejected_records": 2}
+    s.close()
+    again = AuditStore(tmp_path / "a.db")  # a restart sees the same state
+    assert again.offsets("memq.audit") == {0: 12, 1: 4}
+    assert figures(again, T0 + 1000).produced_blocks == 1
+
+
+def test_failed_transaction_leaves_nothing(store: AuditStore) -> None:
+    store.apply([produced(0, T0)])
+    before = store.offsets("memq.audit")
+
+    class BoomError(Exception):
+        pass
+
+    def bad() -> Any:
+        yield produced(1, T0)
+        raise BoomError
+
+    with pytest.raises(BoomError):
+        store.apply(bad())
+    assert store.offsets("memq.audit") == before
+    assert figures(store, T0 + 1000).produced_blocks == 1
+
+
+def test_timeseries_per_minute(store: AuditStore) -> None:
+    store.apply([produced(i, T0 + i * 20_000) for i in range(6)])  # 3 per minute, 2 minutes
+    store.apply([consumed(i, T0 + 125_000) for i in range(5)])  # block 5 never
+    ts = store.timeseries("events", now_ms=T0 + 170_000, since_ms=T0, grace_ms=10_000)
+    assert ts["minutes"] == [T0, T0 + MIN, T0 + 2 * MIN]
+    assert ts["produced"] == [300, 300, 0]
+    g = ts["groups"]["g"]
+    assert g["consumed"] == [0, 0, 500]
+    assert g["missing"] == [0, 100, 0]
+    assert g["latency_p50_ms"][2] is not None and g["latency_p50_ms"][0] is None
+
+
+def test_prune_forgets_old_blocks(store: AuditStore) -> None:
+    store.apply([produced(0, T0), produced(1, T0 + 10 * MIN), consumed(0, T0 + 1000)])
+    assert store.prune(T0 + MIN) == 2
+    assert figures(store, T0 + 20 * MIN, since=0).produced_blocks == 1
+
+
+def test_not_a_database(tmp_path: Path) -> None:
+    p = tmp_path / "junk.db"
+    p.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(MemqError, match="not a usable SQLite file"):
+        AuditStore(p)
+
+
+def test_percentile_nearest_rank() -> None:
+    assert percentile([], 50) is None
+    assert percentile([5.0], 99) == 5.0
+    values = [float(i) for i in range(1, 101)]
+    assert percentile(values, 50) == 50.0 and percentile(values, 99) == 99.0
+    assert percentile(values, 100) == 100.0
+
+
+def test_windows() -> None:
+    now = T0
+    assert parse_since("10m", now) == now - 600_000
+    assert parse_since("1.5h", now) == now - 5_400_000
+    assert parse_since(str(T0 - 5), now) == T0 - 5
+    assert parse_since("2025-11-22T05:00:00Z", now) == 1763787600000
+    assert parse_since("2025-11-22T05:00:00", now) == 1763787600000
+    assert parse_duration_s("90") == 90.0 and parse_duration_s("250ms") == 0.25
+    with pytest.raises(ConfigError, match="duration"):
+        parse_since("yesterday", now)
+    with pytest.raises(ConfigError, match="duration"):
+        parse_duration_s("10 minutes")
+
+
+def test_strict_counts_the_first_blocks_a_group_never_saw(store: AuditStore) -> None:
+    store.apply([produced(i, T0 + i * 1000) for i in range(5)])
+    store.apply([consumed(i, T0 + 30_000) for i in (2, 3, 4)])  # blocks 0 and 1 lost
+    lenient = figures(store, T0 + 60_000).groups[0]
+    assert lenient.missing_blocks == 0  # indistinguishable from a group started at latest
+    strict = store.summary(
+        now_ms=T0 + 60_000, since_ms=T0, grace_ms=10_000, topic="events", strict=True
+    )[0].groups[0]
+    assert strict.missing_blocks == 2 and strict.status == "missing"
+    rows = store.missing(
+        "events", "g", now_ms=T0 + 60_000, since_ms=T0, grace_ms=10_000, strict=True
+    )
+    assert [r["sequence"] for r in rows] == [0, 1]
