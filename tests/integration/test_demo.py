@@ -14,7 +14,10 @@ from memq.devstack.procs import ProcessRef, is_alive
 def test_demo_pipeline(memq_stack: StackState) -> None:
     res = run_demo(memq_stack, records=3_000, say=lambda _m: None, backfill=False)
     assert res.records == 3_000 and res.objects >= 1
-    assert len(res.checks) == 2
+    # produced, consumed by a group, read back from Kafka + S3, matched by the auditor
+    assert len(res.checks) == 4 and res.consumed == 3_000
+    g = res.audit["summary"]["topics"][0]["groups"][0]
+    assert (g["consumed_records"], g["missing_records"], g["duplicate_blocks"]) == (3_000, 0, 0)
     assert res.bytes_stored > 3_000 * 50
 
 

@@ -47,3 +47,18 @@ def test_documented_sizes_match_the_code():
     assert BLOCK_HEADER_SIZE == 56 and "fixed 56-byte header" in DOC
     assert BATCH_PREFIX_SIZE == 16 and _ENTRY_SIZE == 36 and "20 + 36 * block_count" in DOC
     assert FRAME_HEADER_SIZE == 16
+
+
+def test_audit_examples_decode():
+    from memq.formats.audit import decode_audit, encode_audit
+
+    m = re.search(r"<!-- audit example -->\n```json\n(.*?)```", DOC, re.S)
+    assert m is not None
+    lines = m.group(1).splitlines()
+    recs = [decode_audit(line) for line in lines]
+    assert [r.kind for r in recs] == ["produced", "consumed"]
+    assert recs[0].content_crc == recs[1].content_crc and recs[1].group == "analytics"
+    for line, r in zip(lines, recs, strict=True):  # the examples are what a writer emits
+        assert encode_audit(r.model_dump(exclude_none=True, exclude={"format_version"})) == (
+            line.encode()
+        )
