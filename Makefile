@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 help:
 	@echo "make demo   set up .venv, start the local stack, run the end-to-end demo, stop the stack"
 	@echo "make test   set up .venv, run ruff, mypy and the whole pytest suite (real local servers)"
-	@echo "make bench  run the benchmarks (writes benchmarks/results/)"
+	@echo "make bench  run the benchmark suite (~15 min; writes benchmarks/results/report.md)"
 	@echo "make clean  remove .venv, caches and the local stack's state"
 
 $(STAMP): pyproject.toml
@@ -54,7 +54,7 @@ integration: install
 	$(BIN)/python -m pytest tests/integration $(PYTEST_ARGS)
 
 bench: install
-	$(BIN)/python benchmarks/bench_formats.py
+	$(BIN)/memq bench
 
 dev-up: install
 	$(BIN)/memq dev up

@@ -153,15 +153,22 @@ def ceiling(state: StackState, bucket: str, threads: int, topic: str) -> dict[st
     return {"seconds": time.perf_counter() - t0, "bytes": total, "objects": len(keys)}
 
 
-def run(quick: bool, codec: Compression, master: str) -> dict[str, Any]:
-    objects, blocks = (12, 2) if quick else (64, 8)
-    repeats = 1 if quick else 3
+def run(
+    quick: bool,
+    codec: Compression,
+    master: str,
+    size: tuple[int, int] | None = None,
+    repeats: int | None = None,
+) -> dict[str, Any]:
+    """``size``: (objects, blocks of 1 MiB per object); default 64 x 8 (12 x 2 quick)."""
+    objects, blocks = size or ((12, 2) if quick else (64, 8))
+    repeats = repeats or (1 if quick else 3)
     threads = 8
     records = objects * blocks * BLOCK_RECORDS
     ext = os.environ.get("MEMQ_S3_ENDPOINT")
     tmp = Path(tempfile.mkdtemp(prefix="memq-bench-backfill-"))
     stack = DevStack(tmp / "stack")
-    state = stack.up()
+    state = stack.up(brokers=0, auditor=False)
     broker = None
     try:
         for k, v in state.aws_env().items():

@@ -65,12 +65,31 @@ def log_records(n: int, size: int, seed: int = 1) -> list[bytes]:
     return [base[i % len(base)][: size - 8] + b"%08d" % i for i in range(n)]
 
 
+_shared: dict[str, StackState] = {}  # "state" while a suite shares one stack
+
+
+@contextmanager
+def shared_stack() -> Iterator[StackState]:
+    """One stack for a whole suite run: :func:`private_stack` yields it meanwhile."""
+    with private_stack() as state:
+        _shared["state"] = state
+        try:
+            yield state
+        finally:
+            _shared.clear()
+
+
 @contextmanager
 def private_stack() -> Iterator[StackState]:
-    """A local stack just for this benchmark run (started and stopped here)."""
+    """A local stack just for this benchmark run (started and stopped here), or the
+    suite's shared one. Servers named by MEMQ_S3_ENDPOINT, MEMQ_KAFKA_BOOTSTRAP and
+    MEMQ_ZK_CONNECT are used instead of starting them."""
+    if "state" in _shared:
+        yield _shared["state"]
+        return
     d = Path(tempfile.mkdtemp(prefix="memq-bench-"))
     stack = DevStack(d)
-    state = stack.up(brokers=0)
+    state = stack.up(brokers=0, auditor=False)
     os.environ.update({k: v for k, v in state.aws_env().items() if not os.environ.get(k)})
     try:
         yield state

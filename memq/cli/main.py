@@ -12,8 +12,10 @@ from memq import __version__
 from memq.cli import admin as admin_cmd
 from memq.cli import audit as audit_cmd
 from memq.cli import backfill as backfill_cmd
+from memq.cli import bench as bench_cmd
 from memq.cli import broker as broker_cmd
 from memq.cli import consume as consume_cmd
+from memq.cli import cost as cost_cmd
 from memq.cli import demo as demo_cmd
 from memq.cli import dev as dev_cmd
 from memq.cli import produce as produce_cmd
@@ -41,6 +43,8 @@ app.command("consume")(consume_cmd.consume)
 app.command("cat")(consume_cmd.cat)
 app.command("peek")(consume_cmd.peek)
 app.command("backfill")(backfill_cmd.backfill)
+app.command("cost")(cost_cmd.cost)
+app.command("bench")(bench_cmd.bench)
 
 
 def _version(value: bool) -> None:

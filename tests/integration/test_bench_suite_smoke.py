@@ -1,0 +1,67 @@
+"""Smoke run of the whole benchmark suite (`memq bench --quick`) on the session's servers,
+so the scripts, the report and the plots cannot rot. Numbers are not checked beyond
+being measured: the quick sizes are tiny."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from memq.devstack import StackState
+
+ROOT = Path(__file__).parent.parent.parent
+
+
+def _spread_ok(s: dict[str, float]) -> bool:
+    return 0 < s["min"] <= s["median"] <= s["max"]
+
+
+def test_memq_bench_quick_writes_report_plots_and_json(
+    memq_stack: StackState, tmp_path: Path
+) -> None:
+    out = tmp_path / "results"
+    env = {
+        **os.environ,
+        **memq_stack.aws_env(),
+        # Reuse the running servers instead of starting a second stack.
+        "MEMQ_S3_ENDPOINT": memq_stack.s3_endpoint,
+        "MEMQ_S3_BUCKET": memq_stack.bucket,
+        "MEMQ_KAFKA_BOOTSTRAP": memq_stack.kafka_bootstrap,
+        "MEMQ_ZK_CONNECT": memq_stack.zk_connect,
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "memq.cli.main", "bench", "--quick", "--reps", "2", "--out",
+         str(out)],
+        capture_output=True, text=True, timeout=500, check=False, env=env, cwd=ROOT,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    doc = json.loads((out / "suite.json").read_text())
+    assert doc["quick"] is True and doc["reps"] == 2
+    sec = doc["sections"]
+    assert set(sec) == {"formats", "ingest", "latency", "consume", "backfill", "scaling"}
+    rows = sec["ingest"]["acks"]["all"]["rows"]
+    for name in ("devnull", "filesystem", "s3"):
+        assert _spread_ok(rows[name]["MBps"]) and _spread_ok(rows[name]["vs_kafka_direct"])
+        assert _spread_ok(rows[name]["broker_cpu_s_per_GiB"])
+        assert rows[name]["broker_peak_rss_MB"]["min"] > 10
+    assert len(sec["ingest"]["acks"]["all"]["runs"]) == 2
+    for p in sec["latency"]["points"]:
+        assert len(p["windows"]) == 2 and _spread_ok(p["p99_ms"])
+        assert p["p50_ms"]["median"] <= p["p99_ms"]["median"] and p["puts_per_hour"] > 0
+    assert _spread_ok(sec["consume"]["rows"]["s3"]["vs_s3_raw_get"])
+    assert "skipped" in sec["backfill"]
+    cells = sec["scaling"]["cells"]
+    assert set(cells) == {"1p-1b", "2p-1b", "1p-3b", "2p-3b"}
+    assert cells["1p-1b"]["vs_1p_1b"]["median"] == 1.0
+    assert doc["cost"]["memq_usd_per_day"] < doc["cost"]["kafka_usd_per_day"]
+    report = (out / "report.md").read_text()
+    for heading in ("## Ingest", "### acks=all", "## End-to-end latency", "## Consume",
+                    "## Scaling", "## Cost model", "Quick (smoke) mode"):  # fmt: skip
+        assert heading in report, heading
+    for png in ("ingest.png", "broker_resources.png", "latency.png", "consume.png", "scaling.png"):
+        data = (out / png).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5_000, png
+        assert f"![{png}]({png})" in report
