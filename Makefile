@@ -5,11 +5,12 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: help install demo test lint typecheck unit integration bench clean dev-up dev-down
+.PHONY: help install demo test lint typecheck unit integration bench chaos clean dev-up dev-down
 
 help:
 	@echo "make demo   set up .venv, start the local stack, run the end-to-end demo, stop the stack"
 	@echo "make test   set up .venv, run ruff, mypy and the whole pytest suite (real local servers)"
+	@echo "make chaos  hostile-client soak, overload and decoder fuzzing (FUZZ_SECONDS each)"
 	@echo "make bench  run the benchmark suite (~15 min; writes benchmarks/results/report.md)"
 	@echo "make clean  remove .venv, caches and the local stack's state"
 
@@ -55,6 +56,15 @@ integration: install
 
 bench: install
 	$(BIN)/memq bench
+
+FUZZ_SECONDS ?= 120
+chaos: install
+	$(BIN)/python benchmarks/bench_hostile.py
+	@for t in frame stream block batch notification audit; do \
+		echo "fuzzing $$t for $(FUZZ_SECONDS) s"; \
+		(cd $$(mktemp -d) && $(CURDIR)/$(BIN)/python $(CURDIR)/tests/fuzz/fuzz_decoders.py $$t \
+			-max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=10 -print_final_stats=1) || exit 1; \
+	done
 
 dev-up: install
 	$(BIN)/memq dev up

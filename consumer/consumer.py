@@ -24,7 +24,7 @@ from consumer.fetcher import BlockAudit, FetchedObject, Start, fetch_object
 from consumer.message import Message, MessageId
 from consumer.notifications import NotificationProbe, NotificationSource, Polled
 from memq.audit.client import ClientAudit
-from memq.client.bootstrap import fetch_metadata, resolve_bootstrap
+from memq.client.bootstrap import fetch_metadata, resolve_bootstrap, with_local_stack_security
 from memq.errors import (
     ClientClosedError,
     CorruptObjectError,
@@ -102,6 +102,7 @@ class Consumer:
             cfg = config.model_copy(update=kwargs) if kwargs else config
         else:
             cfg = ConsumerConfig.from_mapping(config, **kwargs)
+        cfg = with_local_stack_security(cfg, uses_local_stack=not cfg.bootstrap_list())
         self.config = cfg
         self.bootstrap = resolve_bootstrap(cfg.bootstrap_list())
         self.on_skip = on_skip
@@ -157,7 +158,12 @@ class Consumer:
         """Join the group for ``topic`` (or several); callbacks get ``[(topic, partition)]``."""
         self._check_open()
         names = [topic] if isinstance(topic, str) else list(topic)
-        meta = fetch_metadata(self.bootstrap, names, timeout=self.config.metadata_timeout_ms / 1000)
+        meta = fetch_metadata(
+            self.bootstrap,
+            names,
+            timeout=self.config.metadata_timeout_ms / 1000,
+            security=self.config.security(),
+        )
         kafka = set()
         for name in names:
             t = meta.topics.get(name)

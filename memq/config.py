@@ -17,10 +17,19 @@ from pathlib import Path
 from typing import Any, Literal, Self, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from memq.errors import ConfigError
 from memq.retry import RetryPolicy
+from memq.security import AuthConfig, ClientSecurity, TlsConfig
 
 __all__ = [
     "AuditedClientConfig",
@@ -285,6 +294,10 @@ class BrokerConfig(_Frozen):
     topics: list[TopicConfig] = []
     #: ZooKeeper for clustered mode; null: standalone.
     zookeeper: ZooKeeperConfig | None = None
+    #: TLS for the broker protocol and the HTTP port; null: plaintext.
+    tls: TlsConfig | None = None
+    #: Client authentication (tokens, mutual-TLS identities); null: anyone may connect.
+    auth: AuthConfig | None = None
 
     @model_validator(mode="after")
     def _check(self) -> BrokerConfig:
@@ -294,6 +307,16 @@ class BrokerConfig(_Frozen):
             raise ValueError(f"topics listed twice: {', '.join(sorted(dup))}")
         if self.auto_create_topics and self.topic_defaults is None:
             raise ValueError("auto_create_topics needs topic_defaults (storage, notification)")
+        if self.auth is not None and self.auth.enabled:
+            mtls = (
+                self.auth.mtls_identity and self.tls is not None and self.tls.client_auth != "none"
+            )
+            if not mtls and self.auth.token_secret is None and self.auth.token_secret_file is None:
+                raise ValueError(
+                    "auth.enabled needs a way to authenticate: auth.token_secret (or "
+                    "token_secret_file) for tokens, or tls.client_auth with tls.ca_file for "
+                    "mutual TLS"
+                )
         for t in self.topics:
             if t.block_limit + 64 * 1024 > self.max_frame_bytes:
                 raise ValueError(
@@ -470,7 +493,52 @@ class ClientConfig(BaseModel):
         return validate_model(cls, merged, f"{cls.__name__} settings")
 
 
-class AuditedClientConfig(ClientConfig):
+class SecureClientConfig(ClientConfig):
+    """Client settings for brokers with TLS and authentication (Kafka's key names)."""
+
+    #: plaintext, or ssl (TLS to the brokers; implied by any ssl.* key).
+    security_protocol: Literal["plaintext", "ssl"] = Field(
+        default="plaintext", alias="security.protocol"
+    )
+    #: PEM CA bundle that signs the brokers' certificates (default: the system CAs).
+    ssl_ca_location: Path | None = Field(default=None, alias="ssl.ca.location")
+    #: PEM client certificate, for brokers that require mutual TLS.
+    ssl_certificate_location: Path | None = Field(default=None, alias="ssl.certificate.location")
+    #: PEM private key of ssl.certificate.location.
+    ssl_key_location: Path | None = Field(default=None, alias="ssl.key.location")
+    #: https: check the broker's certificate matches its host name; none: do not.
+    ssl_endpoint_identification_algorithm: Literal["https", "none"] = Field(
+        default="https", alias="ssl.endpoint.identification.algorithm"
+    )
+    #: Token presented to brokers with auth enabled (``memq token create``). Never logged.
+    auth_token: SecretStr | None = Field(default=None, alias="auth.token", repr=False)
+
+    @field_validator("security_protocol", mode="before")
+    @classmethod
+    def _lower(cls, v: object) -> object:
+        return v.lower() if isinstance(v, str) else v
+
+    def security(self) -> ClientSecurity:
+        """The TLS context and token connections use (built once per client)."""
+        from memq.security import client_context
+
+        tls = self.security_protocol == "ssl" or any(
+            (self.ssl_ca_location, self.ssl_certificate_location, self.ssl_key_location)
+        )
+        ctx = (
+            client_context(
+                self.ssl_ca_location,
+                self.ssl_certificate_location,
+                self.ssl_key_location,
+                check_hostname=self.ssl_endpoint_identification_algorithm == "https",
+            )
+            if tls
+            else None
+        )
+        return ClientSecurity(ssl_context=ctx, token=self.auth_token)
+
+
+class AuditedClientConfig(SecureClientConfig):
     """Client settings shared by producers and consumers: audit records (``audit.*``)."""
 
     #: Emit one audit record per acked (producer) or consumed (consumer) block to

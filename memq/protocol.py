@@ -25,6 +25,7 @@ from memq.errors import InvalidRequestError, MalformedError
 
 __all__ = [
     "Ack",
+    "AuthResult",
     "BrokerInfo",
     "ClusterMetadata",
     "MetadataRequest",
@@ -115,6 +116,13 @@ def decode_msg(model: type[T], body: bytes | memoryview, what: str) -> T:
 
 class _Msg(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class AuthResult(_Msg):
+    """Answer to AUTH: who the connection now is, until when (unix seconds)."""
+
+    principal: str
+    expires: int
 
 
 class MetadataRequest(_Msg):

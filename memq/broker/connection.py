@@ -19,6 +19,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from memq.errors import (
+    AuthenticationError,
     ChecksumError,
     FrameTooLargeError,
     InvalidRequestError,
@@ -39,7 +40,16 @@ from memq.formats.frames import (
     encode_response,
     parse_frame,
 )
-from memq.protocol import Ack, MetadataRequest, WriteAck, decode_msg, decode_write, encode_msg
+from memq.protocol import (
+    Ack,
+    AuthResult,
+    MetadataRequest,
+    WriteAck,
+    decode_msg,
+    decode_write,
+    encode_msg,
+)
+from memq.security import peer_principal, verify_token
 
 if TYPE_CHECKING:
     from memq.broker.server import BrokerServer
@@ -86,6 +96,10 @@ class BrokerConnection(asyncio.BufferedProtocol):
         self._paused = False
         self._last_progress = time.monotonic()
         self._pump_task: asyncio.Task[None] | None = None
+        #: Who is on the other end once authenticated (token subject or certificate CN).
+        self.principal: str | None = None
+        self._principal_expires: float | None = None
+        self._auth_failures = 0
 
     # --- asyncio.Protocol ---------------------------------------------------------------
 
@@ -105,6 +119,9 @@ class BrokerConnection(asyncio.BufferedProtocol):
             return
         self.server.connections.add(self)
         self.server.metrics.connections.set(len(self.server.connections))
+        auth = self.server.config.auth
+        if auth is not None and auth.mtls_identity:
+            self.principal = peer_principal(transport.get_extra_info("ssl_object"))
         self._pump_task = asyncio.get_running_loop().create_task(self._pump())
 
     def get_buffer(self, sizehint: int) -> memoryview:
@@ -236,6 +253,14 @@ class BrokerConnection(asyncio.BufferedProtocol):
             )
             return
         try:
+            if req.type == RequestType.AUTH:
+                self._authenticate(req)
+                return
+            if req.type != RequestType.PING and not self._authenticated():
+                raise AuthenticationError(
+                    "authenticate first: present a token (client setting auth.token) or a "
+                    "client certificate; this broker has auth enabled"
+                )
             if req.type == RequestType.WRITE:
                 await self._write(req)
             elif self.server.draining:
@@ -254,6 +279,41 @@ class BrokerConnection(asyncio.BufferedProtocol):
                 )
         except MemqError as e:
             self.respond_error(req.type, req.request_id, e, e.body)
+
+    # --- authentication -----------------------------------------------------------------
+
+    def _authenticated(self) -> bool:
+        auth = self.server.config.auth
+        if auth is None or not auth.enabled:
+            return True
+        if self.principal is None:
+            return False
+        if self._principal_expires is not None and self._principal_expires <= time.time():
+            self.principal = self._principal_expires = None  # the token ran out
+            return False
+        return True
+
+    def _authenticate(self, req: Request) -> None:
+        auth = self.server.config.auth
+        secret = self.server.token_secret
+        if auth is None or secret is None:
+            raise AuthenticationError("this broker does not accept tokens")
+        try:
+            principal, expires = verify_token(secret, bytes(req.body))
+        except AuthenticationError as e:
+            self._auth_failures += 1
+            self.server.metrics.errors.labels("auth_failed").inc()
+            log.warning("authentication failed from %s: %s", self.peer, e)
+            if self._auth_failures >= 3:
+                self.respond_error(req.type, req.request_id, e)
+                self.close()
+                return
+            raise
+        self.principal, self._principal_expires = principal, float(expires)
+        log.info("%s authenticated as %r", self.peer, principal)
+        self.respond(
+            req.type, req.request_id, encode_msg(AuthResult(principal=principal, expires=expires))
+        )
 
     # --- WRITE --------------------------------------------------------------------------
 

@@ -32,6 +32,7 @@ from memq.protocol import (
     TopicMetadata,
     encode_msg,
 )
+from memq.security import server_context
 from storage_handlers.base import StorageWriter
 from storage_handlers.registry import make_writer
 
@@ -129,6 +130,10 @@ class BrokerServer:
             int(RequestType.CLUSTER_STATUS),
         }
         self.member: Any = None
+        self.ssl_context = server_context(config.tls) if config.tls is not None else None
+        self.token_secret = (
+            config.auth.secret() if config.auth is not None and config.auth.enabled else None
+        )
         self._writer_factory = writer_factory or (lambda t, c: make_writer(t.storage, c))
         self._sink_factory = sink_factory or _kafka_sink
         self._sinks: dict[tuple[Any, ...], NotificationSink] = {}
@@ -158,7 +163,12 @@ class BrokerServer:
             for t in self.config.topics:
                 await self.add_topic(t)
         self._server = await loop.create_server(
-            lambda: BrokerConnection(self), self.config.host, self.config.port, reuse_address=True
+            lambda: BrokerConnection(self),
+            self.config.host,
+            self.config.port,
+            reuse_address=True,
+            ssl=self.ssl_context,
+            ssl_handshake_timeout=10.0 if self.ssl_context else None,
         )
         self.port = self._server.sockets[0].getsockname()[1]
         if self.config.http_port is not None:

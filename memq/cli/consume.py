@@ -271,12 +271,18 @@ def peek(
     """Show a topic's newest batches (from their notifications) without joining a group or
     committing: partition, offset, object key, size, blocks, records, time range, broker."""
     from consumer.notifications import NotificationProbe
-    from memq.client.bootstrap import fetch_metadata, resolve_bootstrap
+    from memq.client.bootstrap import (
+        fetch_metadata,
+        resolve_bootstrap,
+        with_local_stack_security,
+    )
+    from memq.config import SecureClientConfig
     from memq.jsonlines import iso_ms
 
     _use_state_dir(state_dir)
     boot = resolve_bootstrap([b.strip() for b in (bootstrap or "").split(",") if b.strip()])
-    meta = fetch_metadata(boot, [topic])
+    sec = with_local_stack_security(SecureClientConfig(), uses_local_stack=not bootstrap)
+    meta = fetch_metadata(boot, [topic], security=sec.security())
     tm = meta.topics.get(topic)
     if tm is None or tm.error:
         err.print(f"[red]topic {topic!r}: {tm.error if tm else 'unknown'}[/red]")

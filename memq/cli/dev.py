@@ -35,6 +35,12 @@ def up(
     auditor_port: int | None = typer.Option(
         None, help="Fixed port for the audit dashboard (default: a free one)."
     ),
+    tls: bool = typer.Option(
+        False,
+        "--tls",
+        help="TLS and authentication on the brokers: a throwaway CA, certificates and a "
+        "client token under <state dir>/tls, which local clients pick up by themselves.",
+    ),
 ) -> None:
     """Start the servers (skipping any named by MEMQ_S3_ENDPOINT, MEMQ_KAFKA_BOOTSTRAP,
     MEMQ_ZK_CONNECT), wait until each is ready, then start the MemQ broker(s) with
@@ -54,6 +60,13 @@ def up(
             progress=status.console.log,
             brokers=brokers,
             auditor=auditor,
+            tls=tls,
+        )
+    if tls:
+        t = state.extra["tls"]
+        err.print(
+            f"TLS on: CA {t['ca_file']}, client token in {t['token_file']} (other clients: "
+            f"-X ssl.ca.location={t['ca_file']} -X auth.token=$(cat {t['token_file']}))"
         )
     err.print(f"local stack up in {time.monotonic() - t0:.1f} s (state: {state.state_dir})")
     _print_table(s)

@@ -19,6 +19,7 @@ from memq.cli import cost as cost_cmd
 from memq.cli import demo as demo_cmd
 from memq.cli import dev as dev_cmd
 from memq.cli import produce as produce_cmd
+from memq.cli import token as token_cmd
 from memq.errors import MemqError
 
 __all__ = ["app", "main"]
@@ -36,6 +37,7 @@ app.add_typer(dev_cmd.app, name="dev")
 app.add_typer(admin_cmd.topic_app, name="topic")
 app.add_typer(admin_cmd.cluster_app, name="cluster")
 app.add_typer(audit_cmd.app, name="audit")
+app.add_typer(token_cmd.app, name="token")
 app.command("demo")(demo_cmd.demo)
 app.command("broker")(broker_cmd.broker)
 app.command("produce")(produce_cmd.produce)

@@ -8,10 +8,12 @@ from typing import Any
 
 import msgpack
 
-from memq.client.bootstrap import resolve_bootstrap
+from memq.client.bootstrap import resolve_bootstrap, with_local_stack_security
 from memq.client.connection import ClientConnection
+from memq.config import SecureClientConfig
 from memq.errors import ConnectionLostError, MemqError
 from memq.formats.frames import RequestType
+from memq.security import ClientSecurity
 
 __all__ = ["AdminClient"]
 
@@ -19,11 +21,20 @@ __all__ = ["AdminClient"]
 class AdminClient:
     """Synchronous admin calls; each asks the bootstrap brokers in turn until one answers."""
 
-    def __init__(self, bootstrap: list[str] | str | None = None, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        bootstrap: list[str] | str | None = None,
+        timeout: float = 30.0,
+        security: ClientSecurity | None = None,
+    ) -> None:
         if isinstance(bootstrap, str):
             bootstrap = [b.strip() for b in bootstrap.split(",") if b.strip()]
         self.bootstrap = resolve_bootstrap(bootstrap or [])
         self.timeout = timeout
+        if security is None:  # the local stack's TLS and token, when it has them
+            local = with_local_stack_security(SecureClientConfig(), uses_local_stack=not bootstrap)
+            security = local.security()
+        self.security = security
 
     def _call(self, req_type: RequestType, body: dict[str, Any]) -> Any:
         payload: bytes = msgpack.packb(body, use_bin_type=True)
@@ -32,7 +43,9 @@ class AdminClient:
             errors = []
             for addr in self.bootstrap:
                 try:
-                    conn = await ClientConnection.open(addr, timeout=self.timeout)
+                    conn = await ClientConnection.open(
+                        addr, timeout=self.timeout, security=self.security
+                    )
                 except ConnectionLostError as e:
                     errors.append(str(e))
                     continue

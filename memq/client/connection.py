@@ -9,8 +9,11 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import ssl
+from typing import TYPE_CHECKING
 
 from memq.errors import (
+    AuthenticationError,
     ConnectionLostError,
     MemqError,
     MemqFormatError,
@@ -21,10 +24,14 @@ from memq.errors import (
 from memq.formats.frames import (
     DEFAULT_MAX_FRAME_SIZE,
     FrameDecoder,
+    RequestType,
     Response,
     parse_frame,
     request_frame_parts,
 )
+
+if TYPE_CHECKING:
+    from memq.security import ClientSecurity
 
 __all__ = ["ClientConnection", "parse_address"]
 
@@ -53,22 +60,53 @@ class ClientConnection(asyncio.Protocol):
 
     @classmethod
     async def open(
-        cls, address: str, *, timeout: float = 10.0, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
+        cls,
+        address: str,
+        *,
+        timeout: float = 10.0,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        security: ClientSecurity | None = None,
     ) -> ClientConnection:
+        """Connect (TLS when ``security`` has a context) and authenticate with its token."""
         host, port = parse_address(address)
         loop = asyncio.get_running_loop()
+        ctx = security.ssl_context if security is not None else None
         try:
             _, proto = await asyncio.wait_for(
-                loop.create_connection(lambda: cls(address, max_frame_size), host, port), timeout
+                loop.create_connection(
+                    lambda: cls(address, max_frame_size),
+                    host,
+                    port,
+                    ssl=ctx,
+                    server_hostname=host if ctx is not None else None,
+                ),
+                timeout,
             )
         except TimeoutError:
             raise ConnectionLostError(
                 f"connecting to broker {address} timed out after {timeout} s"
             ) from None
+        except ssl.SSLCertVerificationError as e:
+            raise AuthenticationError(
+                f"TLS: broker {address}'s certificate was not accepted ({e.verify_message}): "
+                "check ssl.ca.location (the CA that signed it) and the host name"
+            ) from None
+        except ssl.SSLError as e:
+            raise ConnectionLostError(
+                f"TLS handshake with broker {address} failed ({e.reason or e}): does it speak "
+                "TLS (security.protocol), and does it require a client certificate?"
+            ) from None
         except OSError as e:
             raise ConnectionLostError(
                 f"cannot connect to broker {address}: {e.strerror or e}"
             ) from None
+        if security is not None and security.token is not None:
+            token = security.token.get_secret_value().encode()
+            try:
+                await proto.request(RequestType.AUTH, token, timeout=timeout)
+            except BaseException:
+                proto.close()
+                raise
         return proto
 
     # --- asyncio.Protocol ---------------------------------------------------------------

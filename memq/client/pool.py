@@ -6,11 +6,15 @@ import asyncio
 import itertools
 import logging
 import time
+from typing import TYPE_CHECKING
 
 from memq.client.connection import ClientConnection
 from memq.errors import ConnectionLostError, MemqError, UnknownTopicError
 from memq.formats.frames import RequestType
 from memq.protocol import ClusterMetadata, MetadataRequest, TopicMetadata, decode_msg, encode_msg
+
+if TYPE_CHECKING:
+    from memq.security import ClientSecurity
 
 __all__ = ["ConnectionPool", "MetadataCache"]
 
@@ -20,9 +24,16 @@ log = logging.getLogger(__name__)
 class ConnectionPool:
     """One connection per broker address, reopened after it fails."""
 
-    def __init__(self, *, connect_timeout: float, max_frame_size: int) -> None:
+    def __init__(
+        self,
+        *,
+        connect_timeout: float,
+        max_frame_size: int,
+        security: ClientSecurity | None = None,
+    ) -> None:
         self.connect_timeout = connect_timeout
         self.max_frame_size = max_frame_size
+        self.security = security
         self._conns: dict[str, ClientConnection] = {}
         self._locks: dict[str, asyncio.Lock] = {}
 
@@ -35,7 +46,10 @@ class ConnectionPool:
             conn = self._conns.get(address)
             if conn is None or conn.closed:
                 conn = await ClientConnection.open(
-                    address, timeout=self.connect_timeout, max_frame_size=self.max_frame_size
+                    address,
+                    timeout=self.connect_timeout,
+                    max_frame_size=self.max_frame_size,
+                    security=self.security,
                 )
                 self._conns[address] = conn
         return conn
@@ -76,7 +90,8 @@ class MetadataCache:
 
     async def fetch(self, topics: list[str] | None) -> ClusterMetadata:
         """Ask brokers in turn until one answers."""
-        errors = []
+        errors: list[str] = []
+        final: list[MemqError] = []  # non-retriable failures (e.g. authentication)
         for addr in self._candidates():
             try:
                 conn = await self.pool.get(addr)
@@ -89,11 +104,16 @@ class MetadataCache:
                 if isinstance(e, ConnectionLostError):
                     self.pool.drop(addr)
                 errors.append(f"{addr}: {e}")
+                if not e.retriable:
+                    final.append(e)
                 continue
             meta = decode_msg(ClusterMetadata, resp.body, "METADATA response")
             self.update(meta)
             return meta
-        raise ConnectionLostError("no broker answered a metadata request: " + "; ".join(errors))
+        text = "no broker answered a metadata request: " + "; ".join(errors)
+        if final and len(final) == len(errors):  # retrying cannot help: say why, typed
+            raise type(final[0])(text)
+        raise ConnectionLostError(text)
 
     def update(self, meta: ClusterMetadata) -> None:
         self.cluster = meta

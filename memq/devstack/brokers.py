@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 import sys
 import urllib.request
 from pathlib import Path
@@ -28,9 +29,14 @@ DEV_CLUSTER = "dev"
 
 
 def dev_broker_config(
-    name: str, s3: ServiceState, kafka: ServiceState, zookeeper: ServiceState | None = None
+    name: str,
+    s3: ServiceState,
+    kafka: ServiceState,
+    zookeeper: ServiceState | None = None,
+    tls: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """A standalone (or, with ZooKeeper, clustered) dev broker writing to the stack's S3."""
+    """A standalone (or, with ZooKeeper, clustered) dev broker writing to the stack's S3;
+    with ``tls`` (from :func:`dev_tls`), TLS on both ports and token/mTLS auth."""
     cfg: dict[str, Any] = {
         "broker_id": name,
         "cluster": DEV_CLUSTER,
@@ -55,7 +61,44 @@ def dev_broker_config(
     }
     if zookeeper is not None:
         cfg["zookeeper"] = {"connect": zookeeper.endpoint, "chroot": f"/memq/{DEV_CLUSTER}"}
+    if tls is not None:
+        cfg["tls"] = {
+            "cert_file": tls["server_cert"],
+            "key_file": tls["server_key"],
+            "ca_file": tls["ca_file"],
+            "client_auth": "optional",
+        }
+        cfg["auth"] = {"enabled": True, "token_secret_file": tls["secret_file"]}
     return cfg
+
+
+def dev_tls(state_dir: Path) -> dict[str, str]:
+    """Throwaway CA, certificates, token secret and a 7-day client token under
+    ``<state_dir>/tls`` (files readable by the owner only)."""
+    import secrets
+
+    from memq.devstack.certs import make_dev_certs
+    from memq.security import make_token
+
+    d = state_dir / "tls"
+    certs = make_dev_certs(d)
+    secret = secrets.token_urlsafe(32)
+    secret_file, token_file = d / "token_secret", d / "dev.token"
+    for path, text in (
+        (secret_file, secret),
+        (token_file, make_token(secret.encode(), "dev", 7 * 86400)),
+    ):
+        path.write_text(text)
+        path.chmod(0o600)
+    return {
+        "ca_file": str(certs.ca_file),
+        "server_cert": str(certs.server_cert),
+        "server_key": str(certs.server_key),
+        "client_cert": str(certs.client_cert),
+        "client_key": str(certs.client_key),
+        "secret_file": str(secret_file),
+        "token_file": str(token_file),
+    }
 
 
 def start_component(
@@ -122,10 +165,12 @@ def start_broker(
     info, ref, log, cfg_path = start_component(
         state_dir, name, ["broker"], config, env, config_name="broker.yaml"
     )
+    tls = config.get("tls")
     return {
         "name": name,
         "endpoint": f"127.0.0.1:{info['port']}",
-        "http": f"http://127.0.0.1:{info['http_port']}",
+        "http": f"{'https' if tls else 'http'}://127.0.0.1:{info['http_port']}",
+        **({"tls_ca": tls["ca_file"]} if tls else {}),
         "pid": ref.pid,
         "start_time": ref.start_time,
         "log": str(log),
@@ -138,8 +183,9 @@ def broker_health(b: dict[str, Any], timeout: float = 2.0) -> tuple[bool, str | 
     ref = procs.ProcessRef(b["pid"], b.get("start_time"))
     if not procs.is_alive(ref):
         return False, "process is not running"
+    ctx = ssl.create_default_context(cafile=b["tls_ca"]) if b.get("tls_ca") else None
     try:
-        with urllib.request.urlopen(f"{b['http']}/readyz", timeout=timeout) as r:
+        with urllib.request.urlopen(f"{b['http']}/readyz", timeout=timeout, context=ctx) as r:
             return True, None if r.status == 200 else f"/readyz answered {r.status}"
     except OSError as e:
         return True, f"/readyz: {e}"

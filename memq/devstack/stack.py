@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict
 
 from memq.devstack import procs
 from memq.devstack.auditor import auditor_health, start_auditor
-from memq.devstack.brokers import broker_health, dev_broker_config, start_broker
+from memq.devstack.brokers import broker_health, dev_broker_config, dev_tls, start_broker
 from memq.devstack.services import (
     SERVICES,
     KafkaService,
@@ -178,6 +178,7 @@ class DevStack:
         progress: Callable[[str], None] | None = None,
         brokers: int = 1,
         auditor: bool = True,
+        tls: bool = False,
     ) -> StackState:
         """Start every server not already running (or taken from env overrides), then
         ``brokers`` MemQ brokers (standalone when 1; clustered through ZooKeeper beyond)
@@ -230,12 +231,19 @@ class DevStack:
             )
             started_brokers: list[dict[str, Any]] = []
             extra: dict[str, Any] = {"brokers": started_brokers}
+            tls_files = dev_tls(self.state_dir) if tls else None
+            if tls_files is not None:
+                extra["tls"] = {k: v for k, v in tls_files.items() if k != "secret_file"}
             try:
                 self._prepare_bucket(state)
                 for i in range(1, brokers + 1):
                     name = f"broker-{i}"
                     cfg = dev_broker_config(
-                        name, state.s3, state.kafka, state.zookeeper if brokers > 1 else None
+                        name,
+                        state.s3,
+                        state.kafka,
+                        state.zookeeper if brokers > 1 else None,
+                        tls=tls_files,
                     )
                     started_brokers.append(start_broker(self.state_dir, name, cfg, state.aws_env()))
                     say(f"{name}: ready at {started_brokers[-1]['endpoint']}")

@@ -78,6 +78,7 @@ class RequestType(IntEnum):
     WRITE = 1
     METADATA = 2
     PING = 3
+    AUTH = 4
     TOPIC_CREATE = 32
     TOPIC_UPDATE = 33
     TOPIC_DELETE = 34

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from memq.audit.client import ClientAudit
-from memq.client.bootstrap import resolve_bootstrap
+from memq.client.bootstrap import resolve_bootstrap, with_local_stack_security
 from memq.errors import ClientClosedError, MemqError, MessageTooLargeError
 from memq.formats.block import BLOCK_HEADER_SIZE, Header
 from memq.producer.accumulator import OpenBlock, SealedBlock, record_size
@@ -79,6 +79,7 @@ class Producer:
             cfg = config.model_copy(update=kwargs) if kwargs else config
         else:
             cfg = ProducerConfig.from_mapping(config, **kwargs)
+        cfg = with_local_stack_security(cfg, uses_local_stack=not cfg.bootstrap_list())
         self.config = cfg
         bootstrap = resolve_bootstrap(cfg.bootstrap_list())
         #: Audit records of acked blocks (audit.enable; on by default on the local stack).

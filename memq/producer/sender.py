@@ -61,6 +61,7 @@ class Sender:
         self.pool = ConnectionPool(
             connect_timeout=config.connect_timeout_ms / 1000,
             max_frame_size=max(16 << 20, config.batch_size * 2),
+            security=config.security(),
         )
         self.meta = MetadataCache(
             bootstrap,
