@@ -20,7 +20,7 @@ def _spread_ok(s: dict[str, float]) -> bool:
 
 
 def test_memq_bench_quick_writes_report_plots_and_json(
-    memq_stack: StackState, tmp_path: Path
+    memq_stack: StackState, s3_bucket: str, tmp_path: Path
 ) -> None:
     out = tmp_path / "results"
     env = {
@@ -28,7 +28,7 @@ def test_memq_bench_quick_writes_report_plots_and_json(
         **memq_stack.aws_env(),
         # Reuse the running servers instead of starting a second stack.
         "MEMQ_S3_ENDPOINT": memq_stack.s3_endpoint,
-        "MEMQ_S3_BUCKET": memq_stack.bucket,
+        "MEMQ_S3_BUCKET": s3_bucket,  # its own bucket: raw PUT baselines stay out of others' way
         "MEMQ_KAFKA_BOOTSTRAP": memq_stack.kafka_bootstrap,
         "MEMQ_ZK_CONNECT": memq_stack.zk_connect,
     }

@@ -15,13 +15,15 @@ from memq.devstack import StackState
 ROOT = Path(__file__).parent.parent.parent
 
 
-def test_hostile_soak_and_overload_quick(memq_stack: StackState, tmp_path: Path) -> None:
+def test_hostile_soak_and_overload_quick(
+    memq_stack: StackState, s3_bucket: str, tmp_path: Path
+) -> None:
     out = tmp_path / "hostile.json"
     env = {
         **os.environ,
         **memq_stack.aws_env(),
         "MEMQ_S3_ENDPOINT": memq_stack.s3_endpoint,
-        "MEMQ_S3_BUCKET": memq_stack.bucket,
+        "MEMQ_S3_BUCKET": s3_bucket,  # its own bucket: raw PUT baselines stay out of others' way
         "MEMQ_KAFKA_BOOTSTRAP": memq_stack.kafka_bootstrap,
         "MEMQ_ZK_CONNECT": memq_stack.zk_connect,
     }
