@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 help:
 	@echo "make demo   set up .venv, start the local stack, run the end-to-end demo, stop the stack"
 	@echo "make test   set up .venv, run ruff, mypy and the whole pytest suite (real local servers)"
-	@echo "make chaos  hostile-client soak, overload and decoder fuzzing (FUZZ_SECONDS each)"
+	@echo "make chaos  fault-injection suite, hostile-client soak, overload, decoder fuzzing"
 	@echo "make bench  run the benchmark suite (~15 min; writes benchmarks/results/report.md)"
 	@echo "make clean  remove .venv, caches and the local stack's state"
 
@@ -59,6 +59,7 @@ bench: install
 
 FUZZ_SECONDS ?= 120
 chaos: install
+	$(BIN)/python benchmarks/chaos.py
 	$(BIN)/python benchmarks/bench_hostile.py
 	@for t in frame stream block batch notification audit; do \
 		echo "fuzzing $$t for $(FUZZ_SECONDS) s"; \

@@ -399,7 +399,15 @@ class Consumer:
             ready = bool(self._queue) and self._queue[0].future.done()
             if out and not ready:
                 break
-            if not self._next_object(deadline if not out else time.monotonic()):
+            try:
+                if not self._next_object(deadline if not out else time.monotonic()):
+                    break
+            except MemqError:
+                if not out:
+                    raise
+                # Records already taken from earlier objects are handed out now (their
+                # objects are done and may be committed); the failed object stays at the
+                # head, is re-fetched, and its error (if it persists) comes next call.
                 break
         self.stats.records += len(out)
         self._maybe_auto_commit()

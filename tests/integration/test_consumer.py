@@ -273,3 +273,48 @@ def test_deleted_and_corrupted_objects(
         [(keys[1], "ObjectNotFoundError"), (keys[2], "CorruptObjectError")]
     )
     assert (c.stats.skipped_missing, c.stats.skipped_corrupt) == (1, 1)
+
+
+def test_a_failed_fetch_never_swallows_records_already_taken(
+    memq_stack: StackState, s3_bucket: str, topic: str
+) -> None:
+    """Regression (found by benchmarks/chaos.py): consume(n) took the records of one
+    object, then met the next object's failed fetch and raised, losing the records it
+    had taken although their object counted as handed out (and could be committed)."""
+    cfg = broker_config(
+        memq_stack, bucket=s3_bucket, topics=[topic], batch_bytes=4 << 20, batch_ms=100,
+        partitions=1,
+    )  # fmt: skip
+    first = [b"a%05d-" % i + b"v" * 1000 for i in range(2000)]  # one ~2 MB object
+    with BrokerThread(cfg) as b:
+        with Producer({"bootstrap.servers": b.address, "linger.ms": 5}) as p:
+            fa = [p.produce(topic, v) for v in first]
+            assert p.flush(60) == 0
+            fb = [p.produce(topic, b"b%d" % i) for i in range(10)]
+            assert p.flush(60) == 0
+        ka, kb = {f.result(0).key for f in fa}, {f.result(0).key for f in fb}
+        assert len(ka) == 1 and len(kb) == 1 and ka != kb
+        memq_stack.s3_client().delete_object(Bucket=s3_bucket, Key=kb.pop())
+        c = consumer(b.address, topic, "swallow")  # corrupt.object.policy=fail
+        got: list[bytes] = []
+        err: Exception | None = None
+        try:
+            deadline = time.monotonic() + 60
+            while not got and time.monotonic() < deadline:
+                got += [m.value for m in c.consume(1, 1.0)]  # the first object is current
+            # The deleted object's fetch has failed (its future is done) before the rest
+            # of the first object is taken: the order that lost records.
+            wait_for(
+                lambda: True if c._queue and c._queue[0].future.done() else None,
+                timeout=30,
+                what="the second object's fetch to fail",
+            )
+            while err is None and time.monotonic() < deadline:
+                try:
+                    got += [m.value for m in c.consume(100_000, 1.0)]
+                except ObjectNotFoundError as e:
+                    err = e
+        finally:
+            c.close()
+    assert err is not None  # the deleted object is reported...
+    assert Counter(got) == Counter(first)  # ...after every record before it was handed out
