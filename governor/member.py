@@ -21,7 +21,9 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 import msgpack
+from pydantic import ValidationError
 
+from governor.acls import edit_acls, watch_acls
 from governor.governor import Governor
 from governor.zk import (
     AssignmentRecord,
@@ -32,6 +34,7 @@ from governor.zk import (
     now_ms,
     read_json,
 )
+from memq.acl import AclEntry, AclTable
 from memq.config import TopicConfig, deep_merge, validate_model
 from memq.errors import (
     ConfigError,
@@ -113,8 +116,13 @@ class ClusterMember:
         self.zk.ChildrenWatch(self.layout.brokers, self._brokers_changed)
         self.zk.ChildrenWatch(self.layout.topics, self._topics_changed)
         self.zk.DataWatch(self.layout.assignments, self._assignment_changed)
+        watch_acls(self.zk, self.layout.root, self._acls_changed)
         self.governor.start()
         self.server.view = self  # type: ignore[assignment]
+
+    def _acls_changed(self, entries: list[AclEntry]) -> None:
+        auth = self.server.config.auth
+        self.server.acls = AclTable(entries, auth.superusers if auth else ())
 
     def record(self) -> BrokerRecord:
         s = self.server
@@ -446,7 +454,19 @@ class ClusterMember:
         name = str(req.get("name", ""))
         settings = settings_from_pairs(dict(req.get("settings") or {}))
         out: Any
-        if req_type == RequestType.TOPIC_CREATE:
+        if req_type in (RequestType.ACL_LIST, RequestType.ACL_ADD, RequestType.ACL_REMOVE):
+            op = {RequestType.ACL_LIST: "list", RequestType.ACL_ADD: "add"}.get(
+                RequestType(req_type), "remove"
+            )
+            entry = None
+            if op != "list":
+                try:
+                    entry = AclEntry.model_validate(req.get("entry"))
+                except ValidationError as e:
+                    raise InvalidRequestError(f"acl {op}: {e.errors()[0]['msg']}") from None
+            entries = await self._blocking(edit_acls, self.zk, self.layout.root, op, entry)
+            out = {"entries": [e.model_dump(mode="json") for e in entries]}
+        elif req_type == RequestType.TOPIC_CREATE:
             cfg = await self._blocking(self._create, name, settings, bool(req.get("if_not_exists")))
             out = cfg.model_dump(mode="json", by_alias=True)
         elif req_type == RequestType.TOPIC_UPDATE:

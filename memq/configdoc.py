@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
+from memq.acl import AclEntry
 from memq.config import (
     BatchConfig,
     BrokerConfig,
@@ -26,6 +27,7 @@ from memq.config import (
     TopicConfig,
     ZooKeeperConfig,
 )
+from memq.security import AuthConfig, TlsConfig
 
 __all__ = ["render"]
 
@@ -143,6 +145,13 @@ def render() -> str:
         _table("Filesystem storage (`storage.filesystem`)", FilesystemConfig),
         _table("Notifications (`notification`)", NotificationConfig),
         _table("ZooKeeper (`zookeeper`)", ZooKeeperConfig),
+        _table("TLS (`tls`)", TlsConfig, "See docs/security.md."),
+        _table(
+            "Authentication (`auth`)",
+            AuthConfig,
+            "Secret: `MEMQ__AUTH__TOKEN_SECRET` or `token_secret_file`, never a committed file.",
+        ),
+        _table("ACL entry (`auth.acls[]`, `memq acl`)", AclEntry),
         _table(
             "Producer (`memq.Producer`)",
             ProducerConfig,

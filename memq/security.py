@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
+from memq.acl import AclEntry
 from memq.errors import AuthenticationError, ConfigError
 
 __all__ = [
@@ -69,6 +70,11 @@ class AuthConfig(BaseModel):
     token_secret_file: Path | None = None
     #: Accept a verified client certificate's common name as the principal.
     mtls_identity: bool = True
+    #: Principals allowed everything (the first admins; they grant the others).
+    superusers: list[str] = []
+    #: ACLs of a standalone broker; clustered brokers keep theirs in ZooKeeper
+    #: (``memq acl add|remove|list``).
+    acls: list[AclEntry] = []
 
     def secret(self) -> bytes | None:
         if self.token_secret is not None:

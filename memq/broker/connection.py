@@ -18,6 +18,8 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING
 
+import msgpack
+
 from memq.errors import (
     AuthenticationError,
     ChecksumError,
@@ -43,7 +45,9 @@ from memq.formats.frames import (
 from memq.protocol import (
     Ack,
     AuthResult,
+    ClusterMetadata,
     MetadataRequest,
+    TopicMetadata,
     WriteAck,
     decode_msg,
     decode_write,
@@ -267,10 +271,14 @@ class BrokerConnection(asyncio.BufferedProtocol):
                 self.respond_error(req.type, req.request_id, self.server.shutting_down_error())
             elif req.type == RequestType.METADATA:
                 mreq = decode_msg(MetadataRequest, req.body, "METADATA")
-                self.respond(req.type, req.request_id, encode_msg(self.server.metadata(mreq)))
+                meta = self.server.metadata(mreq)
+                if self.server.enforcing:
+                    meta = self._visible(meta, listed=mreq.topics is None)
+                self.respond(req.type, req.request_id, encode_msg(meta))
             elif req.type == RequestType.PING:
                 self.respond(req.type, req.request_id, req.body)
             elif req.type in self.server.admin_types:
+                self.server.authorize(self.principal, "admin", _admin_target(req))
                 body = await self.server.admin(req.type, bytes(req.body))
                 self.respond(req.type, req.request_id, body)
             else:
@@ -279,6 +287,20 @@ class BrokerConnection(asyncio.BufferedProtocol):
                 )
         except MemqError as e:
             self.respond_error(req.type, req.request_id, e, e.body)
+
+    def _visible(self, meta: ClusterMetadata, *, listed: bool) -> ClusterMetadata:
+        """Metadata of the topics this principal may consume (or produce to): others are
+        left out of a listing and answered with an error when asked for by name."""
+        acls, who = self.server.acls, self.principal
+        topics = {}
+        for name, t in meta.topics.items():
+            if acls.allowed(who, "consume", name):
+                topics[name] = t
+            elif not listed:
+                topics[name] = TopicMetadata(
+                    name=name, error=f"not authorized: principal {who!r} may not read {name!r}"
+                )
+        return meta.model_copy(update={"topics": topics})
 
     # --- authentication -----------------------------------------------------------------
 
@@ -322,6 +344,7 @@ class BrokerConnection(asyncio.BufferedProtocol):
         ack = Ack.ALL
         try:
             ack, topic, block = decode_write(req.body)
+            self.server.authorize(self.principal, "produce", topic)
             if self.server.draining:
                 raise self.server.shutting_down_error()
             proc = await self.server.processor_for(topic)
@@ -377,6 +400,19 @@ class BrokerConnection(asyncio.BufferedProtocol):
 
 
 @functools.cache
+def _admin_target(req: Request) -> str:
+    """The topic an admin request acts on; ``*`` for cluster-wide requests."""
+    if req.type in (RequestType.TOPIC_CREATE, RequestType.TOPIC_UPDATE, RequestType.TOPIC_DELETE):
+        try:
+            body = msgpack.unpackb(bytes(req.body), raw=False) if req.body else {}
+        except Exception as e:
+            raise InvalidRequestError(f"admin request body is not msgpack: {e}") from None
+        name = body.get("name") if isinstance(body, dict) else None
+        if isinstance(name, str) and name:
+            return name
+    return "*"
+
+
 def _type_name(t: int) -> str:
     try:
         return RequestType(t).name

@@ -12,6 +12,7 @@ from typing import Any
 
 import msgpack
 
+from memq.acl import AclTable, Op
 from memq.broker.connection import BrokerConnection
 from memq.broker.metrics import BrokerMetrics
 from memq.broker.processor import NotificationSink, TopicProcessor
@@ -80,8 +81,15 @@ class ClusterView:
         )
 
     async def admin(self, req_type: int, body: bytes) -> bytes:
-        if req_type == RequestType.TOPIC_LIST:
-            out: Any = {"topics": self.topic_names()}
+        if req_type == RequestType.ACL_LIST:
+            out: Any = {"entries": [e.model_dump(mode="json") for e in self.server.acls.entries]}
+        elif req_type in (RequestType.ACL_ADD, RequestType.ACL_REMOVE):
+            raise InvalidRequestError(
+                "this broker is standalone: its ACLs come from auth.acls in its config file "
+                "(edit it and restart), or run brokers clustered with zookeeper configured"
+            )
+        elif req_type == RequestType.TOPIC_LIST:
+            out = {"topics": self.topic_names()}
         elif req_type == RequestType.CLUSTER_STATUS:
             s = self.server
             out = {
@@ -128,9 +136,15 @@ class BrokerServer:
             int(RequestType.TOPIC_DELETE),
             int(RequestType.TOPIC_LIST),
             int(RequestType.CLUSTER_STATUS),
+            int(RequestType.ACL_LIST),
+            int(RequestType.ACL_ADD),
+            int(RequestType.ACL_REMOVE),
         }
         self.member: Any = None
         self.ssl_context = server_context(config.tls) if config.tls is not None else None
+        auth = config.auth
+        #: ACLs in force (auth.acls standalone; ZooKeeper's when clustered).
+        self.acls = AclTable(auth.acls if auth else (), auth.superusers if auth else ())
         self.token_secret = (
             config.auth.secret() if config.auth is not None and config.auth.enabled else None
         )
@@ -301,6 +315,15 @@ class BrokerServer:
 
     async def admin(self, req_type: int, body: bytes) -> bytes:
         return await self.view.admin(req_type, body)
+
+    @property
+    def enforcing(self) -> bool:
+        """Authentication on: every request is checked against the ACLs."""
+        return self.config.auth is not None and self.config.auth.enabled
+
+    def authorize(self, principal: str | None, op: Op, topic: str) -> None:
+        if self.enforcing:
+            self.acls.check(principal, op, topic)
 
     def metadata(self, req: MetadataRequest) -> ClusterMetadata:
         names = req.topics if req.topics is not None else self.view.topic_names()

@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 
 from memq import __version__
+from memq.cli import acl as acl_cmd
 from memq.cli import admin as admin_cmd
 from memq.cli import audit as audit_cmd
 from memq.cli import backfill as backfill_cmd
@@ -38,6 +39,7 @@ app.add_typer(admin_cmd.topic_app, name="topic")
 app.add_typer(admin_cmd.cluster_app, name="cluster")
 app.add_typer(audit_cmd.app, name="audit")
 app.add_typer(token_cmd.app, name="token")
+app.add_typer(acl_cmd.app, name="acl")
 app.command("demo")(demo_cmd.demo)
 app.command("broker")(broker_cmd.broker)
 app.command("produce")(produce_cmd.produce)

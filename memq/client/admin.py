@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -31,8 +32,16 @@ class AdminClient:
             bootstrap = [b.strip() for b in bootstrap.split(",") if b.strip()]
         self.bootstrap = resolve_bootstrap(bootstrap or [])
         self.timeout = timeout
-        if security is None:  # the local stack's TLS and token, when it has them
-            local = with_local_stack_security(SecureClientConfig(), uses_local_stack=not bootstrap)
+        if security is None:  # MEMQ_SSL_CA_LOCATION / MEMQ_AUTH_TOKEN, else the local stack's
+            env = {
+                k: os.environ[v]
+                for k, v in (("ssl.ca.location", "MEMQ_SSL_CA_LOCATION"),
+                             ("auth.token", "MEMQ_AUTH_TOKEN"))
+                if os.environ.get(v)
+            }  # fmt: skip
+            local = with_local_stack_security(
+                SecureClientConfig.from_mapping(env), uses_local_stack=not bootstrap and not env
+            )
             security = local.security()
         self.security = security
 
@@ -84,6 +93,17 @@ class AdminClient:
     def cluster_status(self) -> dict[str, Any]:
         out: dict[str, Any] = self._call(RequestType.CLUSTER_STATUS, {})
         return out
+
+    def list_acls(self) -> list[dict[str, Any]]:
+        return list(self._call(RequestType.ACL_LIST, {})["entries"])
+
+    def add_acl(self, principal: str, topic: str, ops: list[str]) -> list[dict[str, Any]]:
+        entry = {"principal": principal, "topic": topic, "ops": ops}
+        return list(self._call(RequestType.ACL_ADD, {"entry": entry})["entries"])
+
+    def remove_acl(self, principal: str, topic: str, ops: list[str]) -> list[dict[str, Any]]:
+        entry = {"principal": principal, "topic": topic, "ops": ops}
+        return list(self._call(RequestType.ACL_REMOVE, {"entry": entry})["entries"])
 
     def describe_topic(self, name: str) -> dict[str, Any]:
         from memq.client.bootstrap import fetch_metadata

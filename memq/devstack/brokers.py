@@ -68,7 +68,12 @@ def dev_broker_config(
             "ca_file": tls["ca_file"],
             "client_auth": "optional",
         }
-        cfg["auth"] = {"enabled": True, "token_secret_file": tls["secret_file"]}
+        cfg["auth"] = {
+            "enabled": True,
+            "token_secret_file": tls["secret_file"],
+            # the dev token's principal and the dev client certificate's CN
+            "superusers": ["dev", "memq-dev-client"],
+        }
     return cfg
 
 

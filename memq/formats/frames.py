@@ -84,6 +84,9 @@ class RequestType(IntEnum):
     TOPIC_DELETE = 34
     TOPIC_LIST = 35
     CLUSTER_STATUS = 36
+    ACL_LIST = 37
+    ACL_ADD = 38
+    ACL_REMOVE = 39
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,7 +48,11 @@ def tls_broker(
             "ca_file": str(certs.ca_file),
             "client_auth": client_auth,
         },
-        auth={"enabled": auth, "token_secret": SECRET},
+        auth={
+            "enabled": auth,
+            "token_secret": SECRET,
+            "acls": [{"principal": "*", "topic": "sec", "ops": ["produce", "consume"]}],
+        },
     )
     return BrokerThread(cfg)
 
