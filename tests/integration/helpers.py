@@ -95,3 +95,20 @@ def read_notifications(
 
 def multiset(records: list[Record]) -> Counter[Record]:
     return Counter(records)
+
+
+def external_stack_env(stack: Any, **extra: str) -> dict[str, str]:
+    """Environment for a subprocess that reuses the session's servers (as external ones)
+    instead of starting its own: S3 (with its credentials), Kafka, ZooKeeper; ``extra``
+    adds or overrides variables (e.g. ``MEMQ_S3_BUCKET``, ``MEMQ_STATE_DIR``)."""
+    import os
+
+    return {
+        **os.environ,
+        **stack.aws_env(),
+        "MEMQ_S3_ENDPOINT": stack.s3_endpoint,
+        "MEMQ_S3_BUCKET": stack.bucket,
+        "MEMQ_KAFKA_BOOTSTRAP": stack.kafka_bootstrap,
+        "MEMQ_ZK_CONNECT": stack.zk_connect,
+        **extra,
+    }

@@ -19,6 +19,7 @@ from memq.devstack.procs import wait_for
 from memq.errors import AuthorizationError, InvalidRequestError
 from memq.security import ClientSecurity, make_token
 from memq.testing import broker_config
+from tests.integration.helpers import external_stack_env
 
 SECRET = b"acl-test-secret-0123456789"
 
@@ -47,6 +48,7 @@ def standalone(memq_stack: StackState, s3_bucket: str) -> Iterator[BrokerThread]
         bucket=s3_bucket,
         topics=["orders", "payroll"],
         batch_ms=50,
+        cluster=f"acl-{uuid.uuid4().hex[:8]}",  # notification topics of this test only
         auth={
             "enabled": True,
             "token_secret": SECRET.decode(),
@@ -111,36 +113,38 @@ def clustered(memq_stack: StackState, s3_bucket: str) -> Iterator[list[BrokerThr
 
 
 def test_clustered_acls_live_in_zookeeper_and_apply_on_every_broker(
-    clustered: list[BrokerThread],
+    clustered: list[BrokerThread], unique_name: Any
 ) -> None:
+    # A topic of this test only: the notification topic lives in the shared Kafka.
+    events = unique_name("events")
     addrs = [b.address for b in clustered]
     root = AdminClient(addrs, security=sec("root"))
-    root.create_topic("events", {"expected_mbps": 1})
+    root.create_topic(events, {"expected_mbps": 1})
     wait_for(
-        lambda: True if len(root.cluster_status()["topics"].get("events", {}).get("writers", []))
+        lambda: True if len(root.cluster_status()["topics"].get(events, {}).get("writers", []))
         == 2 else None,
         timeout=30, what="two writers of events",
     )  # fmt: skip
-    assert isinstance(produce_error(addrs[0], "app", "events"), AuthorizationError)
-    entries = AdminClient([addrs[0]], security=sec("root")).add_acl("app", "events", ["produce"])
-    assert entries == [{"principal": "app", "topic": "events", "ops": ["produce"]}]
+    assert isinstance(produce_error(addrs[0], "app", events), AuthorizationError)
+    entries = AdminClient([addrs[0]], security=sec("root")).add_acl("app", events, ["produce"])
+    assert entries == [{"principal": "app", "topic": events, "ops": ["produce"]}]
 
     def allowed_everywhere() -> bool | None:  # every broker has seen the ZooKeeper change
-        return True if all(produce_error(a, "app", "events") is None for a in addrs) else None
+        return True if all(produce_error(a, "app", events) is None for a in addrs) else None
 
     wait_for(allowed_everywhere, timeout=30, what="the ACL on every broker")
     # An admin granted on * may grant others; a non-admin may not.
     root.add_acl("ops", "*", ["admin"])
     wait_for(lambda: True if _can_list(addrs[1], "ops") else None, timeout=30, what="ops is admin")
-    AdminClient([addrs[1]], security=sec("ops")).add_acl("bi", "events", ["consume"])
+    AdminClient([addrs[1]], security=sec("ops")).add_acl("bi", events, ["consume"])
     with pytest.raises(AuthorizationError):
         AdminClient(addrs, security=sec("app")).add_acl("app", "*", ["admin"])
-    left = root.remove_acl("app", "events", ["produce"])
-    assert {"principal": "app", "topic": "events", "ops": ["produce"]} not in left
+    left = root.remove_acl("app", events, ["produce"])
+    assert {"principal": "app", "topic": events, "ops": ["produce"]} not in left
     wait_for(
         lambda: (
             True
-            if all(isinstance(produce_error(a, "app", "events"), AuthorizationError) for a in addrs)
+            if all(isinstance(produce_error(a, "app", events), AuthorizationError) for a in addrs)
             else None
         ),
         timeout=30,
@@ -158,19 +162,10 @@ def _can_list(address: str, principal: str) -> bool:
 
 
 def test_acl_cli_on_a_tls_dev_stack(memq_stack: StackState, tmp_path: Any) -> None:
-    import os
     import subprocess
     import sys
 
-    env = {
-        **os.environ,
-        **memq_stack.aws_env(),
-        "MEMQ_S3_ENDPOINT": memq_stack.s3_endpoint,
-        "MEMQ_S3_BUCKET": memq_stack.bucket,
-        "MEMQ_KAFKA_BOOTSTRAP": memq_stack.kafka_bootstrap,
-        "MEMQ_ZK_CONNECT": memq_stack.zk_connect,
-        "MEMQ_STATE_DIR": str(tmp_path / "st"),
-    }
+    env = external_stack_env(memq_stack, MEMQ_STATE_DIR=str(tmp_path / "st"))
 
     def memq(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "memq.cli.main", *args], capture_output=True,

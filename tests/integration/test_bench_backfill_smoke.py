@@ -3,26 +3,19 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 from memq.devstack import StackState
+from tests.integration.helpers import external_stack_env
 
 ROOT = Path(__file__).parent.parent.parent
 
 
 def test_bench_backfill_quick(memq_stack: StackState, tmp_path: Path) -> None:
     out = tmp_path / "backfill.json"
-    env = {
-        **os.environ,
-        **memq_stack.aws_env(),
-        # Reuse the running servers instead of starting a second stack.
-        "MEMQ_S3_ENDPOINT": memq_stack.s3_endpoint,
-        "MEMQ_KAFKA_BOOTSTRAP": memq_stack.kafka_bootstrap,
-        "MEMQ_ZK_CONNECT": memq_stack.zk_connect,
-    }
+    env = external_stack_env(memq_stack)
     proc = subprocess.run(
         [
             sys.executable,

@@ -5,12 +5,12 @@ being measured: the quick sizes are tiny."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 from memq.devstack import StackState
+from tests.integration.helpers import external_stack_env
 
 ROOT = Path(__file__).parent.parent.parent
 
@@ -23,15 +23,7 @@ def test_memq_bench_quick_writes_report_plots_and_json(
     memq_stack: StackState, s3_bucket: str, tmp_path: Path
 ) -> None:
     out = tmp_path / "results"
-    env = {
-        **os.environ,
-        **memq_stack.aws_env(),
-        # Reuse the running servers instead of starting a second stack.
-        "MEMQ_S3_ENDPOINT": memq_stack.s3_endpoint,
-        "MEMQ_S3_BUCKET": s3_bucket,  # its own bucket: raw PUT baselines stay out of others' way
-        "MEMQ_KAFKA_BOOTSTRAP": memq_stack.kafka_bootstrap,
-        "MEMQ_ZK_CONNECT": memq_stack.zk_connect,
-    }
+    env = external_stack_env(memq_stack, MEMQ_S3_BUCKET=s3_bucket)
     proc = subprocess.run(
         [sys.executable, "-m", "memq.cli.main", "bench", "--quick", "--reps", "2", "--out",
          str(out)],

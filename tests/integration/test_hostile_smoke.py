@@ -5,12 +5,12 @@ limit, and applies back-pressure with bounded memory when storage is too slow.""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 from memq.devstack import StackState
+from tests.integration.helpers import external_stack_env
 
 ROOT = Path(__file__).parent.parent.parent
 
@@ -19,14 +19,7 @@ def test_hostile_soak_and_overload_quick(
     memq_stack: StackState, s3_bucket: str, tmp_path: Path
 ) -> None:
     out = tmp_path / "hostile.json"
-    env = {
-        **os.environ,
-        **memq_stack.aws_env(),
-        "MEMQ_S3_ENDPOINT": memq_stack.s3_endpoint,
-        "MEMQ_S3_BUCKET": s3_bucket,  # its own bucket: raw PUT baselines stay out of others' way
-        "MEMQ_KAFKA_BOOTSTRAP": memq_stack.kafka_bootstrap,
-        "MEMQ_ZK_CONNECT": memq_stack.zk_connect,
-    }
+    env = external_stack_env(memq_stack, MEMQ_S3_BUCKET=s3_bucket)
     proc = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "bench_hostile.py"), "--quick", "--out", str(out)],
         capture_output=True, text=True, timeout=300, check=False, env=env, cwd=ROOT,

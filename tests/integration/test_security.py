@@ -11,6 +11,7 @@ import logging
 import ssl
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from memq.errors import AuthenticationError, ConfigError, ConnectionLostError, M
 from memq.formats import RequestType
 from memq.security import ClientSecurity, client_context, make_token
 from memq.testing import broker_config
+from tests.integration.helpers import external_stack_env
 
 SECRET = "s3cr3t-for-tests-0123456789"
 
@@ -42,6 +44,7 @@ def tls_broker(
         bucket=bucket,
         topics=["sec"],
         batch_ms=50,
+        cluster=f"sec-{uuid.uuid4().hex[:8]}",  # notification topics of this broker only
         tls={
             "cert_file": str(certs.server_cert),
             "key_file": str(certs.server_key),
@@ -205,20 +208,11 @@ def test_auth_without_a_credential_source_is_a_config_error(
 def test_dev_up_tls_local_clients_pick_up_ca_and_token(
     memq_stack: StackState, tmp_path: Path
 ) -> None:
-    import os
     import subprocess
     import sys
 
     d = tmp_path / "tls-stack"
-    env = {
-        **os.environ,
-        **memq_stack.aws_env(),
-        "MEMQ_S3_ENDPOINT": memq_stack.s3_endpoint,
-        "MEMQ_S3_BUCKET": memq_stack.bucket,
-        "MEMQ_KAFKA_BOOTSTRAP": memq_stack.kafka_bootstrap,
-        "MEMQ_ZK_CONNECT": memq_stack.zk_connect,
-        "MEMQ_STATE_DIR": str(d),
-    }
+    env = external_stack_env(memq_stack, MEMQ_STATE_DIR=str(d))
 
     def memq(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
