@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from memq.config import read_config_layers, validate_model
+from memq.security import AuthConfig, TlsConfig
 
 __all__ = ["AuditKafkaConfig", "AuditorConfig", "load_auditor_config"]
 
@@ -53,6 +54,11 @@ class AuditorConfig(_Frozen):
     metrics_window_s: float = Field(default=3600.0, ge=60)
     #: Audit records applied per SQLite transaction (at most).
     ingest_batch: int = Field(default=2000, ge=1, le=100_000)
+    #: TLS for the dashboard and API (the brokers' `tls` keys); null: plain HTTP.
+    tls: TlsConfig | None = None
+    #: Token authentication for the dashboard and API (the brokers' `auth` keys: any
+    #: valid token passes); /healthz and /metrics stay open for probes and scrapers.
+    auth: AuthConfig | None = None
 
 
 def load_auditor_config(

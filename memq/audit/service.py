@@ -50,8 +50,9 @@ from prometheus_client import (
 from memq.audit.config import AuditorConfig
 from memq.audit.store import AuditStore, Ingest
 from memq.audit.window import parse_duration_s, parse_since
-from memq.errors import ConfigError, MemqError, MemqFormatError
+from memq.errors import AuthenticationError, ConfigError, MemqError, MemqFormatError
 from memq.formats.audit import decode_audit
+from memq.security import server_context, verify_token
 
 __all__ = ["READY_MARKER", "Auditor", "AuditorThread", "run_auditor"]
 
@@ -137,7 +138,7 @@ class Auditor:
     def url(self) -> str:
         host = self.config.http_host
         host = "127.0.0.1" if host in {"0.0.0.0", "::", ""} else host
-        return f"http://{host}:{self.port}"
+        return f"{'https' if self.config.tls else 'http'}://{host}:{self.port}"
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -147,7 +148,11 @@ class Auditor:
         self._runner = web.AppRunner(self._app(), access_log=None)
         await self._runner.setup()
         site = web.TCPSite(
-            self._runner, self.config.http_host, self.config.http_port, reuse_address=True
+            self._runner,
+            self.config.http_host,
+            self.config.http_port,
+            reuse_address=True,
+            ssl_context=server_context(self.config.tls) if self.config.tls else None,
         )
         try:
             await site.start()
@@ -367,6 +372,44 @@ class Auditor:
 
     # --- HTTP ---------------------------------------------------------------------------
 
+    def _auth_middleware(self) -> Any:
+        """With ``auth.enabled``: every page but /healthz and /metrics needs a valid token,
+        as ``Authorization: Bearer`` or the ``memq_token`` cookie; opening
+        ``/?token=<token>`` once sets the cookie (HttpOnly, SameSite=Strict) for browsers."""
+        auth = self.config.auth
+        secret = auth.secret() if auth is not None and auth.enabled else None
+        secure = self.config.tls is not None
+
+        @web.middleware
+        async def check(req: web.Request, handler: Any) -> web.StreamResponse:
+            if secret is None or req.path in ("/healthz", "/metrics"):
+                resp: web.StreamResponse = await handler(req)
+                return resp
+            given = req.query.get("token") if req.path == "/" else None
+            header = req.headers.get("Authorization", "")
+            token = given or (
+                header.removeprefix("Bearer ").strip() if header.startswith("Bearer ") else None
+            ) or req.cookies.get("memq_token")  # fmt: skip
+            if not token:
+                return web.json_response(
+                    {"error": "authentication required: open /?token=<token> (memq token "
+                              "create) or send Authorization: Bearer <token>"},
+                    status=401, headers={"WWW-Authenticate": "Bearer"},
+                )  # fmt: skip
+            try:
+                verify_token(secret, token)
+            except AuthenticationError as e:
+                return web.json_response({"error": str(e)}, status=401)
+            if given:  # a browser arriving with ?token=: keep it in a cookie, clean the URL
+                resp = web.Response(status=302, headers={"Location": "/"})
+                resp.set_cookie("memq_token", given, httponly=True, samesite="Strict",
+                                secure=secure, path="/")  # fmt: skip
+                return resp
+            out: web.StreamResponse = await handler(req)
+            return out
+
+        return check
+
     def _app(self) -> web.Application:
         def api(fn: Callable[[Any], Any]) -> Callable[[web.Request], Any]:
             async def handler(req: web.Request) -> web.Response:
@@ -432,7 +475,7 @@ class Auditor:
                 return web.Response(status=500, text="dashboard assets are missing")
             return web.FileResponse(page, headers={"Cache-Control": "no-cache"})
 
-        app = web.Application()
+        app = web.Application(middlewares=[self._auth_middleware()])
         app.router.add_get("/", index)
         app.router.add_get("/healthz", healthz)
         app.router.add_get("/metrics", metrics)

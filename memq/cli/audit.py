@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -77,8 +79,14 @@ def _auditor_url(url: str | None, state_dir: Path | None) -> str:
 
 def _get(url: str, path: str, params: dict[str, Any]) -> Any:
     q = urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
+    # An auditor with TLS/auth: MEMQ_SSL_CA_LOCATION and MEMQ_AUTH_TOKEN (as the admin CLI).
+    token = os.environ.get("MEMQ_AUTH_TOKEN")
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    ca = os.environ.get("MEMQ_SSL_CA_LOCATION")
+    ctx = ssl.create_default_context(cafile=ca) if ca else None
     try:
-        with urllib.request.urlopen(f"{url}{path}?{q}", timeout=60) as r:
+        req = urllib.request.Request(f"{url}{path}?{q}", headers=headers)
+        with urllib.request.urlopen(req, timeout=60, context=ctx) as r:
             return json.loads(r.read())
     except urllib.error.HTTPError as e:
         try:
