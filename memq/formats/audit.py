@@ -27,13 +27,12 @@ other fields), so a damaged record is rejected instead of miscounted.
 
 from __future__ import annotations
 
-import json
-import zlib
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from memq.errors import ChecksumError, MalformedError, UnsupportedVersionError
+from memq.errors import UnsupportedVersionError
+from memq.formats.crcjson import decode_crc_json, encode_crc_json, field_error
 
 __all__ = [
     "AUDIT_VERSION",
@@ -76,39 +75,20 @@ class AuditRecord(BaseModel):
     block_index: Annotated[int, Field(ge=0, le=0xFFFFFFFF)] | None = None
 
 
-def _canonical(fields: dict[str, Any]) -> bytes:
-    return json.dumps(fields, separators=(",", ":"), ensure_ascii=False).encode()
-
-
 def encode_audit(fields: dict[str, Any]) -> bytes:
     """Compact JSON of ``fields`` (an :class:`AuditRecord`'s fields) plus its ``crc``.
 
     Takes a plain dict so the data path does not build a model per block; the auditor
     validates on decode.
     """
-    body = {"format_version": AUDIT_VERSION, **fields}
-    body["crc"] = zlib.crc32(_canonical(body))
-    return _canonical(body)
+    return encode_crc_json({"format_version": AUDIT_VERSION, **fields})
 
 
 def decode_audit(data: bytes | bytearray | memoryview | str) -> AuditRecord:
     """Parse and validate one audit record; raises a typed :class:`MemqFormatError`."""
-    if len(data) > MAX_AUDIT_RECORD_SIZE:
-        raise MalformedError(
-            f"audit record of {len(data)} bytes exceeds {MAX_AUDIT_RECORD_SIZE}: "
-            "is the auditor reading the right Kafka topic?"
-        )
-    try:
-        obj = json.loads(bytes(data) if isinstance(data, bytearray | memoryview) else data)
-    except (ValueError, UnicodeDecodeError, RecursionError) as e:
-        raise MalformedError(f"audit record is not JSON: {e}") from None
-    if not isinstance(obj, dict):
-        raise MalformedError(f"audit record must be a JSON object, got {type(obj).__name__}")
-    crc = obj.pop("crc", None)
-    if type(crc) is not int:
-        raise MalformedError("audit record has no integer crc field")
-    if zlib.crc32(_canonical(obj)) != crc:
-        raise ChecksumError("audit record crc does not match its content: it was corrupted")
+    obj = decode_crc_json(
+        data, what="audit record", max_size=MAX_AUDIT_RECORD_SIZE, reader="auditor"
+    )
     version = obj.get("format_version")
     if version != AUDIT_VERSION:
         raise UnsupportedVersionError(
@@ -118,6 +98,4 @@ def decode_audit(data: bytes | bytearray | memoryview | str) -> AuditRecord:
     try:
         return AuditRecord.model_validate(obj)
     except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "record"
-        raise MalformedError(f"audit record field {where!r}: {first['msg']}") from None
+        raise field_error("audit record", e, "record") from None

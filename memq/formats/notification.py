@@ -19,13 +19,12 @@ reader would misread.
 
 from __future__ import annotations
 
-import json
-import zlib
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from memq.errors import ChecksumError, MalformedError, UnsupportedVersionError
+from memq.errors import MalformedError, UnsupportedVersionError
+from memq.formats.crcjson import decode_crc_json, encode_crc_json, field_error
 
 __all__ = [
     "MAX_NOTIFICATION_SIZE",
@@ -66,35 +65,16 @@ class Notification(BaseModel):
     created_at: _Ts
 
 
-def _canonical(fields: dict[str, object]) -> bytes:
-    return json.dumps(fields, separators=(",", ":"), ensure_ascii=False).encode()
-
-
 def encode_notification(n: Notification) -> bytes:
     """Compact JSON with a fixed field order and a trailing ``crc`` field."""
-    fields: dict[str, object] = n.model_dump()
-    fields["crc"] = zlib.crc32(_canonical(fields))
-    return _canonical(fields)
+    return encode_crc_json(n.model_dump())
 
 
 def decode_notification(data: bytes | bytearray | memoryview | str) -> Notification:
     """Parse and validate one notification; raises a typed :class:`MemqFormatError`."""
-    if len(data) > MAX_NOTIFICATION_SIZE:
-        raise MalformedError(
-            f"notification of {len(data)} bytes exceeds {MAX_NOTIFICATION_SIZE}: "
-            "is the consumer reading the right Kafka topic?"
-        )
-    try:
-        obj = json.loads(bytes(data) if isinstance(data, bytearray | memoryview) else data)
-    except (ValueError, UnicodeDecodeError, RecursionError) as e:
-        raise MalformedError(f"notification is not JSON: {e}") from None
-    if not isinstance(obj, dict):
-        raise MalformedError(f"notification must be a JSON object, got {type(obj).__name__}")
-    crc = obj.pop("crc", None)
-    if type(crc) is not int:
-        raise MalformedError("notification has no integer crc field")
-    if zlib.crc32(_canonical(obj)) != crc:
-        raise ChecksumError("notification crc does not match its content: it was corrupted")
+    obj = decode_crc_json(
+        data, what="notification", max_size=MAX_NOTIFICATION_SIZE, reader="consumer"
+    )
     version = obj.get("format_version")
     if type(version) is not int:
         raise MalformedError("notification has no integer format_version")
@@ -106,9 +86,7 @@ def decode_notification(data: bytes | bytearray | memoryview | str) -> Notificat
     try:
         n = Notification.model_validate(obj)
     except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "notification"
-        raise MalformedError(f"notification field {where!r}: {first['msg']}") from None
+        raise field_error("notification", e, "notification") from None
     if n.min_timestamp > n.max_timestamp:
         raise MalformedError("notification min_timestamp is after max_timestamp")
     return n

@@ -14,7 +14,6 @@ from memq.formats import Compression
 from memq.formats.audit import (
     MAX_AUDIT_RECORD_SIZE,
     AuditRecord,
-    _canonical,
     decode_audit,
     encode_audit,
 )
@@ -24,6 +23,7 @@ from memq.formats.block import (
     encode_block,
     encode_block_with_crc,
 )
+from memq.formats.crcjson import canonical as _canonical
 from tests.unit.corruption import every_bit_flip, every_truncation, random_flips
 
 PRODUCED = {

@@ -8,7 +8,7 @@ from hypothesis import given
 
 from memq.errors import ChecksumError, MalformedError, UnsupportedVersionError
 from memq.formats import decode_notification, encode_notification
-from memq.formats.notification import _canonical
+from memq.formats.crcjson import canonical as _canonical
 from tests.unit.corruption import every_bit_flip, every_truncation, random_flips
 from tests.unit.strategies import notifications
 
