@@ -50,6 +50,7 @@ from prometheus_client import (
 from memq.audit.config import AuditorConfig
 from memq.audit.store import AuditStore, Ingest
 from memq.audit.window import parse_duration_s, parse_since
+from memq.devstack.procs import announce_ready
 from memq.errors import AuthenticationError, ConfigError, MemqError, MemqFormatError
 from memq.formats.audit import decode_audit
 from memq.security import server_context, verify_token
@@ -499,12 +500,8 @@ def run_auditor(config: AuditorConfig, ready_file: Path | None = None) -> None:
         except BaseException:
             await auditor.shutdown()
             raise
-        info = {"url": auditor.url, "port": auditor.port}
-        print(f"{READY_MARKER} {json.dumps(info)}", flush=True)
-        if ready_file is not None:
-            tmp = ready_file.with_suffix(".tmp")
-            tmp.write_text(json.dumps(info))
-            tmp.replace(ready_file)
+        info: dict[str, object] = {"url": auditor.url, "port": auditor.port}
+        announce_ready(READY_MARKER, info, ready_file)
         await auditor.serve_until_signal()
 
     asyncio.run(main())

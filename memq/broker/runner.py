@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import threading
 from collections.abc import Coroutine
@@ -13,6 +12,7 @@ from typing import Any, TypeVar
 
 from memq.broker.server import BrokerServer
 from memq.config import BrokerConfig
+from memq.devstack.procs import announce_ready
 from memq.errors import MemqError
 
 __all__ = ["READY_MARKER", "BrokerThread", "run_broker"]
@@ -34,12 +34,12 @@ def run_broker(config: BrokerConfig, ready_file: Path | None = None) -> None:
         except BaseException:
             await server.shutdown()
             raise
-        info = {"broker": config.broker_id, "port": server.port, "http_port": server.http_port}
-        print(f"{READY_MARKER} {json.dumps(info)}", flush=True)
-        if ready_file is not None:
-            tmp = ready_file.with_suffix(".tmp")
-            tmp.write_text(json.dumps(info))
-            tmp.replace(ready_file)
+        info: dict[str, object] = {
+            "broker": config.broker_id,
+            "port": server.port,
+            "http_port": server.http_port,
+        }
+        announce_ready(READY_MARKER, info, ready_file)
         await server.serve_until_signal()
 
     asyncio.run(main())
