@@ -20,6 +20,8 @@ ENV PIP_NO_CACHE_DIR=1 \
 WORKDIR /src
 # Only what the wheel needs (.dockerignore keeps the rest of the tree out of the context).
 COPY pyproject.toml README.md ./
+# memq/ links governor/, storage_handlers/, consumer/ and spark/ in as memq.<name>:
+# the wheel installs one import namespace, `memq`.
 COPY memq ./memq
 COPY governor ./governor
 COPY storage_handlers ./storage_handlers
@@ -45,7 +47,9 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 # bind-mounted, so they never become a layer of this image.
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
     pip install --no-index --find-links=/wheels memq-py \
-    && memq --version
+    && memq --version \
+    && python -c "import memq.consumer, memq.governor, memq.storage_handlers" \
+    && ! python -c "import consumer" 2>/dev/null
 RUN groupadd --system --gid 10001 memq \
     && useradd --system --uid 10001 --gid 10001 --home-dir /home/memq --create-home \
        --shell /usr/sbin/nologin memq

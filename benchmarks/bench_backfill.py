@@ -189,7 +189,7 @@ def run(
 
         from pyspark.sql import SparkSession
 
-        from spark.backfill import run_backfill
+        from memq.spark.backfill import run_backfill
 
         t = time.perf_counter()
         session = (

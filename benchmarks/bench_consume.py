@@ -147,7 +147,7 @@ def run_kafka(state: Any, values: list[bytes]) -> dict[str, Any]:
     from confluent_kafka import Consumer as KConsumer
     from confluent_kafka import Producer as KProducer
 
-    from storage_handlers.kafka_sink import ensure_topic
+    from memq.storage_handlers.kafka_sink import ensure_topic
 
     topic = "bench-kafka-consume"
     ensure_topic(state.kafka_bootstrap, topic, 4)

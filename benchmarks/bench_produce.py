@@ -209,7 +209,7 @@ def run_memq(
 def run_kafka(state: Any, values: list[bytes]) -> dict[str, Any]:
     from confluent_kafka import Producer as KProducer
 
-    from storage_handlers.kafka_sink import ensure_topic
+    from memq.storage_handlers.kafka_sink import ensure_topic
 
     topic = "bench-kafka-direct"
     ensure_topic(state.kafka_bootstrap, topic, 4)

@@ -3,8 +3,8 @@
 ``memq.Consumer`` is :class:`consumer.consumer.Consumer`.
 """
 
-from consumer.config import ConsumerConfig
-from consumer.consumer import Consumer, Lag
-from consumer.message import Message, MessageId
+from memq.consumer.config import ConsumerConfig
+from memq.consumer.consumer import Consumer, Lag
+from memq.consumer.message import Message, MessageId
 
 __all__ = ["Consumer", "ConsumerConfig", "Lag", "Message", "MessageId"]

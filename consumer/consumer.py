@@ -19,12 +19,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from consumer.config import ConsumerConfig
-from consumer.fetcher import BlockAudit, FetchedObject, Start, fetch_object
-from consumer.message import Message, MessageId
-from consumer.notifications import NotificationProbe, NotificationSource, Polled
 from memq.audit.client import ClientAudit
 from memq.client.bootstrap import fetch_metadata, resolve_bootstrap, with_local_stack_security
+from memq.consumer.config import ConsumerConfig
+from memq.consumer.fetcher import BlockAudit, FetchedObject, Start, fetch_object
+from memq.consumer.message import Message, MessageId
+from memq.consumer.notifications import NotificationProbe, NotificationSource, Polled
 from memq.errors import (
     ClientClosedError,
     CorruptObjectError,
@@ -34,8 +34,8 @@ from memq.errors import (
 )
 from memq.formats.notification import Notification
 from memq.protocol import TopicMetadata
-from storage_handlers.base import StorageReader
-from storage_handlers.registry import make_reader
+from memq.storage_handlers.base import StorageReader
+from memq.storage_handlers.registry import make_reader
 
 __all__ = ["Consumer", "Lag"]
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import islice, repeat
 
-from consumer.message import Message
+from memq.consumer.message import Message
 from memq.errors import CorruptObjectError, MemqFormatError
 from memq.formats.batch import (
     BATCH_PREFIX_SIZE,
@@ -25,7 +25,7 @@ from memq.formats.batch import (
 from memq.formats.block import decode_columns, decode_columns_with_crc
 from memq.formats.gcpause import gc_paused
 from memq.formats.notification import Notification
-from storage_handlers.base import StorageReader
+from memq.storage_handlers.base import StorageReader
 
 __all__ = ["BlockAudit", "FetchedObject", "Start", "fetch_object"]
 

@@ -16,8 +16,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from governor.assignment import BrokerSpec, TopicSpec, assign
-from governor.zk import AssignmentRecord, BrokerRecord, Layout, dumps, now_ms, read_json
+from memq.governor.assignment import BrokerSpec, TopicSpec, assign
+from memq.governor.zk import AssignmentRecord, BrokerRecord, Layout, dumps, now_ms, read_json
 
 __all__ = ["Governor"]
 

@@ -23,17 +23,6 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 from pydantic import ValidationError
 
-from governor.acls import edit_acls, watch_acls
-from governor.governor import Governor
-from governor.zk import (
-    AssignmentRecord,
-    BrokerRecord,
-    Layout,
-    dumps,
-    make_client,
-    now_ms,
-    read_json,
-)
 from memq.acl import AclEntry, AclTable
 from memq.config import TopicConfig, deep_merge, validate_model
 from memq.errors import (
@@ -45,6 +34,17 @@ from memq.errors import (
 )
 from memq.formats.frames import RequestType
 from memq.formats.keys import validate_name
+from memq.governor.acls import edit_acls, watch_acls
+from memq.governor.governor import Governor
+from memq.governor.zk import (
+    AssignmentRecord,
+    BrokerRecord,
+    Layout,
+    dumps,
+    make_client,
+    now_ms,
+    read_json,
+)
 from memq.protocol import BrokerInfo
 
 if TYPE_CHECKING:

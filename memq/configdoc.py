@@ -127,8 +127,8 @@ topics:
 
 
 def render() -> str:
-    from consumer.config import ConsumerConfig
     from memq.audit.config import AuditKafkaConfig, AuditorConfig
+    from memq.consumer.config import ConsumerConfig
     from memq.producer.config import ProducerConfig
 
     parts = [

@@ -200,7 +200,7 @@ def _read_back(
         decode_records,
         verify_batch_block,
     )
-    from storage_handlers.registry import make_reader
+    from memq.storage_handlers.registry import make_reader
 
     t0 = time.perf_counter()
     note_topic = f"memq.{CLUSTER}.{topic}.notifications"
@@ -269,7 +269,7 @@ def _backfill(
     import pyarrow.dataset as ds
     from pyspark.sql import SparkSession
 
-    from spark.backfill import run_backfill
+    from memq.spark.backfill import run_backfill
 
     t0 = time.perf_counter()
     say("starting Spark (local[*]) for the backfill...")

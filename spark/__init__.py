@@ -7,9 +7,9 @@
 This package is named ``spark``; it never shadows ``pyspark`` (a different name).
 """
 
-from spark.datasource import MemqDataSource, MemqSource, plan_scan, register
-from spark.options import ScanOptions, parse_options
-from spark.stats import ScanStats
+from memq.spark.datasource import MemqDataSource, MemqSource, plan_scan, register
+from memq.spark.options import ScanOptions, parse_options
+from memq.spark.stats import ScanStats
 
 __all__ = [
     "MemqDataSource",

@@ -35,9 +35,9 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - Spark's convention
 
-from spark.datasource import register
-from spark.errors import BackfillError
-from spark.stats import ScanStats
+from memq.spark.datasource import register
+from memq.spark.errors import BackfillError
+from memq.spark.stats import ScanStats
 
 __all__ = ["JOB_CONF", "BackfillResult", "Progress", "json_columns", "run_backfill"]
 

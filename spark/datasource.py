@@ -1,6 +1,6 @@
 """The ``memq`` PySpark data source: a topic's batch objects read straight from S3.
 
-    from spark import register
+    from memq.spark import register
     source = register(session)                      # once per SparkSession
     df = (session.read.format("memq")
           .option("bucket", "memq-prod").option("topic", "events")
@@ -37,12 +37,12 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from memq.errors import ConfigError
-from spark.decode import SCHEMA, SCHEMA_DDL
-from spark.listing import list_objects
-from spark.options import ScanOptions, parse_options
-from spark.planning import ScanPartition, pack_partitions
-from spark.reading import read_objects
-from spark.stats import Counter, CountsParam, ScanStats
+from memq.spark.decode import SCHEMA, SCHEMA_DDL
+from memq.spark.listing import list_objects
+from memq.spark.options import ScanOptions, parse_options
+from memq.spark.planning import ScanPartition, pack_partitions
+from memq.spark.reading import read_objects
+from memq.spark.stats import Counter, CountsParam, ScanStats
 
 __all__ = ["MemqBatchReader", "MemqDataSource", "MemqSource", "plan_scan", "register"]
 
@@ -129,7 +129,7 @@ class MemqDataSource(DataSource):
         return MemqBatchReader(parse_options(self.options), type(self)._stats, type(self)._cores)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802
-        from spark.streaming import MemqStreamReader
+        from memq.spark.streaming import MemqStreamReader
 
         _check_schema(schema)
         return MemqStreamReader(parse_options(self.options), type(self)._stats, type(self)._cores)

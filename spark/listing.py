@@ -24,9 +24,9 @@ from typing import Any, NamedTuple
 
 from memq.errors import MemqFormatError
 from memq.formats.keys import hour_of, parse_object_key, topic_prefix
-from spark.options import ScanOptions
-from spark.s3io import client_for, with_retries
-from spark.stats import StatsSink
+from memq.spark.options import ScanOptions
+from memq.spark.s3io import client_for, with_retries
+from memq.spark.stats import StatsSink
 
 __all__ = ["ListResult", "ObjectRef", "dedup_hedged", "list_objects", "list_roots"]
 

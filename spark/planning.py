@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 from pyspark.sql.datasource import InputPartition
 
-from spark.listing import ObjectRef
-from spark.options import ScanOptions
+from memq.spark.listing import ObjectRef
+from memq.spark.options import ScanOptions
 
 __all__ = ["ScanPartition", "effective_cores", "pack_partitions", "partition_bytes"]
 

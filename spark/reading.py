@@ -22,12 +22,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from memq.errors import MemqFormatError, ObjectNotFoundError
-from spark.decode import decode_object
-from spark.errors import CorruptObjectError, MissingObjectError
-from spark.listing import ObjectRef
-from spark.options import ScanOptions
-from spark.s3io import client_for, with_retries
-from spark.stats import Counter
+from memq.spark.decode import decode_object
+from memq.spark.errors import CorruptObjectError, MissingObjectError
+from memq.spark.listing import ObjectRef
+from memq.spark.options import ScanOptions
+from memq.spark.s3io import client_for, with_retries
+from memq.spark.stats import Counter
 
 __all__ = ["fetch_object", "read_objects"]
 

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from memq.retry import call_with_retries
-from spark.options import ScanOptions
-from storage_handlers.s3 import S3Config, classify_s3_error, make_client
+from memq.spark.options import ScanOptions
+from memq.storage_handlers.s3 import S3Config, classify_s3_error, make_client
 
 __all__ = ["client_for", "s3_config", "with_retries"]
 

@@ -38,11 +38,11 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from memq.errors import ConfigError
-from spark.listing import ObjectRef, list_objects
-from spark.options import ScanOptions
-from spark.planning import ScanPartition, pack_partitions
-from spark.reading import read_objects
-from spark.stats import Counter
+from memq.spark.listing import ObjectRef, list_objects
+from memq.spark.options import ScanOptions
+from memq.spark.planning import ScanPartition, pack_partitions
+from memq.spark.reading import read_objects
+from memq.spark.stats import Counter
 
 __all__ = ["OFFSET_VERSION", "MemqStreamReader", "offset_of", "watermark_of"]
 

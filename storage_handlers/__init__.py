@@ -4,6 +4,6 @@ Writers and readers are separate, small interfaces (:mod:`storage_handlers.base`
 Heavy client libraries (boto3, confluent-kafka) load only when a handler is built.
 """
 
-from storage_handlers.base import ObjectInfo, StorageReader, StorageWriter, StoredObject
+from memq.storage_handlers.base import ObjectInfo, StorageReader, StorageWriter, StoredObject
 
 __all__ = ["ObjectInfo", "StorageReader", "StorageWriter", "StoredObject"]

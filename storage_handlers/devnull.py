@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from memq.formats.keys import object_key, validate_name
-from storage_handlers.base import StorageWriter, StoredObject
+from memq.storage_handlers.base import StorageWriter, StoredObject
 
 __all__ = ["DevNullWriter"]
 

@@ -16,7 +16,7 @@ from typing import ClassVar
 from memq.config import FilesystemConfig
 from memq.errors import ObjectNotFoundError, StorageError
 from memq.formats.keys import object_key, validate_name
-from storage_handlers.base import ObjectInfo, StorageReader, StorageWriter, StoredObject
+from memq.storage_handlers.base import ObjectInfo, StorageReader, StorageWriter, StoredObject
 
 __all__ = ["FilesystemConfig", "FilesystemReader", "FilesystemWriter"]
 

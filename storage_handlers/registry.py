@@ -7,7 +7,7 @@ from typing import Any
 
 from memq.config import FilesystemConfig, S3Config, StorageConfig
 from memq.errors import ConfigError
-from storage_handlers.base import StorageReader, StorageWriter
+from memq.storage_handlers.base import StorageReader, StorageWriter
 
 __all__ = ["HANDLERS", "make_reader", "make_writer"]
 
@@ -17,15 +17,15 @@ HANDLERS = ("s3", "filesystem", "devnull")
 def make_writer(cfg: StorageConfig, cluster: str) -> StorageWriter:
     """The writer for a topic's storage config (clients are created lazily)."""
     if cfg.type == "s3" and cfg.s3 is not None:
-        from storage_handlers.s3 import S3Writer
+        from memq.storage_handlers.s3 import S3Writer
 
         return S3Writer(cfg.s3, cluster)
     if cfg.type == "filesystem" and cfg.filesystem is not None:
-        from storage_handlers.filesystem import FilesystemWriter
+        from memq.storage_handlers.filesystem import FilesystemWriter
 
         return FilesystemWriter(cfg.filesystem, cluster)
     if cfg.type == "devnull":
-        from storage_handlers.devnull import DevNullWriter
+        from memq.storage_handlers.devnull import DevNullWriter
 
         return DevNullWriter(cluster)
     raise ConfigError(f"unknown storage type {cfg.type!r}: use one of {', '.join(HANDLERS)}")
@@ -42,7 +42,7 @@ def make_reader(
     s = {**storage, **(overrides or {})}
     kind = s.get("type")
     if kind == "s3":
-        from storage_handlers.s3 import S3Reader
+        from memq.storage_handlers.s3 import S3Reader
 
         fields = {k: s[k] for k in ("bucket", "region", "endpoint_url", "profile") if s.get(k)}
         fields.setdefault("bucket", "unknown-bucket")
@@ -50,7 +50,7 @@ def make_reader(
         extra.pop("type", None)
         return S3Reader(S3Config.model_validate({**extra, **fields}))
     if kind == "filesystem":
-        from storage_handlers.filesystem import FilesystemReader
+        from memq.storage_handlers.filesystem import FilesystemReader
 
         root = s.get("root")
         return FilesystemReader(FilesystemConfig(root=str(root)) if root else None)

@@ -19,7 +19,13 @@ from memq.config import S3Config
 from memq.errors import MemqError, ObjectNotFoundError, StorageAccessError, StorageError
 from memq.formats.keys import object_key, validate_name
 from memq.retry import call_with_retries
-from storage_handlers.base import ObjectInfo, StorageReader, StorageWriter, StoredObject, ViewReader
+from memq.storage_handlers.base import (
+    ObjectInfo,
+    StorageReader,
+    StorageWriter,
+    StoredObject,
+    ViewReader,
+)
 
 __all__ = ["S3Config", "S3Reader", "S3Writer", "classify_s3_error", "make_client"]
 

@@ -115,7 +115,7 @@ class AuditEmitter:
 
     def _run(self) -> None:
         try:
-            from storage_handlers.kafka_sink import ensure_topic
+            from memq.storage_handlers.kafka_sink import ensure_topic
 
             ensure_topic(self.bootstrap, self.topic, 1, extra=self._kafka, what="audit topic")
         except Exception as e:  # the auditor creates it too; records wait in the queue

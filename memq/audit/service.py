@@ -207,7 +207,7 @@ class Auditor:
         )
 
     def _ingest(self) -> None:
-        from storage_handlers.kafka_sink import ensure_topic
+        from memq.storage_handlers.kafka_sink import ensure_topic
 
         cfg = self.config
         while not self._stop.is_set():  # the audit topic must exist before we assign it

@@ -57,7 +57,7 @@ from memq.security import peer_principal, verify_token
 
 if TYPE_CHECKING:
     from memq.broker.server import BrokerServer
-    from storage_handlers.base import StoredObject
+    from memq.storage_handlers.base import StoredObject
 
 __all__ = ["BrokerConnection", "error_kind"]
 

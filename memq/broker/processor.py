@@ -35,7 +35,7 @@ from memq.formats.batch import BatchBuilder
 from memq.formats.block import BlockHeader
 from memq.formats.keys import batch_id
 from memq.formats.notification import Notification
-from storage_handlers.base import StorageWriter, StoredObject
+from memq.storage_handlers.base import StorageWriter, StoredObject
 
 __all__ = ["Batch", "NotificationSink", "TopicProcessor"]
 

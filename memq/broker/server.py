@@ -34,8 +34,8 @@ from memq.protocol import (
     encode_msg,
 )
 from memq.security import server_context
-from storage_handlers.base import StorageWriter
-from storage_handlers.registry import make_writer
+from memq.storage_handlers.base import StorageWriter
+from memq.storage_handlers.registry import make_writer
 
 __all__ = ["BrokerServer", "ClusterView"]
 
@@ -200,7 +200,7 @@ class BrokerServer:
 
     async def _join_cluster(self, loop: asyncio.AbstractEventLoop) -> None:
         """Register in ZooKeeper, follow the governor's assignments (clustered mode)."""
-        from governor.member import ClusterMember
+        from memq.governor.member import ClusterMember
 
         member = ClusterMember(self, loop)
         await loop.run_in_executor(None, member.start)
@@ -405,6 +405,6 @@ class BrokerServer:
 
 
 def _kafka_sink(cfg: NotificationConfig) -> NotificationSink:
-    from storage_handlers.kafka_sink import KafkaNotificationSink
+    from memq.storage_handlers.kafka_sink import KafkaNotificationSink
 
     return KafkaNotificationSink(cfg)

@@ -88,8 +88,8 @@ def backfill(
 ) -> None:
     """Copy a topic's records from its S3 batch objects into Parquet or JSON lines, partitioned
     by record date and hour (dt=YYYY-MM-DD/hh=HH), with Spark. No broker or Kafka needed."""
-    from spark.backfill import run_backfill
-    from spark.options import parse_options
+    from memq.spark.backfill import run_backfill
+    from memq.spark.options import parse_options
 
     if fmt not in ("parquet", "json"):
         raise ConfigError(f"--format {fmt!r}: use parquet or json")

@@ -163,7 +163,7 @@ def consume(
 
 
 def _reader_for(uri: str, endpoint: str | None, region: str | None) -> tuple[Any, str, str]:
-    from storage_handlers.registry import make_reader
+    from memq.storage_handlers.registry import make_reader
 
     if uri.startswith("s3://"):
         bucket, _, key = uri[5:].partition("/")
@@ -270,13 +270,13 @@ def peek(
 ) -> None:
     """Show a topic's newest batches (from their notifications) without joining a group or
     committing: partition, offset, object key, size, blocks, records, time range, broker."""
-    from consumer.notifications import NotificationProbe
     from memq.client.bootstrap import (
         fetch_metadata,
         resolve_bootstrap,
         with_local_stack_security,
     )
     from memq.config import SecureClientConfig
+    from memq.consumer.notifications import NotificationProbe
     from memq.jsonlines import iso_ms
 
     _use_state_dir(state_dir)

@@ -22,8 +22,8 @@ import pytest
 from memq.devstack import StackState
 from memq.formats import Compression, batch_id, encode_batch, encode_block
 from memq.formats.block import Record
-from storage_handlers.base import StoredObject
-from storage_handlers.s3 import S3Config, S3Writer
+from memq.storage_handlers.base import StoredObject
+from memq.storage_handlers.s3 import S3Config, S3Writer
 
 __all__ = [
     "HOUR_MS",
@@ -62,7 +62,7 @@ def spark_session_fixture(memq_stack: StackState) -> Iterator[Any]:
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
-    from spark import register
+    from memq.spark import register
 
     register(session)
     try:
@@ -74,7 +74,7 @@ def spark_session_fixture(memq_stack: StackState) -> Iterator[Any]:
 @pytest.fixture(scope="session", name="memq_source")
 def memq_source_fixture(spark_session: Any) -> Any:
     """The ``memq`` format registered on the session (its counters: ``.stats()``)."""
-    from spark import register
+    from memq.spark import register
 
     return register(spark_session)
 

@@ -20,7 +20,7 @@ from memq.devstack import StackState
 from memq.errors import ConfigError
 from memq.formats import Compression
 from memq.formats.keys import hour_of
-from spark.backfill import run_backfill
+from memq.spark.backfill import run_backfill
 from tests.integration.spark_fixtures import (  # noqa: F401 - fixtures
     HOUR_MS,
     T0,

@@ -11,8 +11,8 @@ import pytest
 from memq.devstack import StackState
 from memq.formats import Compression
 from memq.formats.keys import hash_prefix
-from spark import ScanStats, parse_options, plan_scan
-from spark.stats import Counter as StatsCounter
+from memq.spark import ScanStats, parse_options, plan_scan
+from memq.spark.stats import Counter as StatsCounter
 from tests.integration.spark_fixtures import (  # noqa: F401 - fixtures
     HOUR_MS,
     T0,

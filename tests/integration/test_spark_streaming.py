@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from memq.devstack import StackState
-from spark import parse_options
-from spark.listing import ObjectRef
-from spark.streaming import MemqStreamReader, offset_of, watermark_of
+from memq.spark import parse_options
+from memq.spark.listing import ObjectRef
+from memq.spark.streaming import MemqStreamReader, offset_of, watermark_of
 from tests.integration.spark_fixtures import (  # noqa: F401 - fixtures
     TopicWriter,
     as_tuples,

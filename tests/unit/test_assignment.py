@@ -7,7 +7,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from governor.assignment import BrokerSpec, TopicSpec, assign, writers_needed
+from memq.governor.assignment import BrokerSpec, TopicSpec, assign, writers_needed
 
 racks = st.sampled_from(["a", "b", "c", None])
 broker_lists = st.lists(

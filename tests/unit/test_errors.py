@@ -52,7 +52,7 @@ def test_status_codes_are_unique_and_stable():
 def test_view_reader_is_a_zero_copy_seekable_body():
     import io
 
-    from storage_handlers.base import ViewReader
+    from memq.storage_handlers.base import ViewReader
 
     data = bytearray(range(256)) * 20_000  # 5 MB
     r = ViewReader(memoryview(data)[100:], min_chunk=1 << 20)

@@ -40,9 +40,17 @@ def instructions(text: str) -> list[tuple[str, str]]:
 
 
 def packages() -> list[str]:
+    """The folders the wheel is built from: memq/ and the top-level folders it links in."""
+    linked = [p.name for p in (ROOT / "memq").iterdir() if p.is_symlink()]
+    return sorted(["memq", *linked])
+
+
+def test_the_wheel_installs_one_namespace():
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    include = pyproject["tool"]["setuptools"]["packages"]["find"]["include"]
-    return sorted(p.rstrip("*") for p in include)
+    assert pyproject["tool"]["setuptools"]["packages"]["find"]["include"] == ["memq", "memq.*"]
+    for name in ("governor", "storage_handlers", "consumer", "spark"):
+        link = ROOT / "memq" / name
+        assert link.is_symlink() and link.resolve() == (ROOT / name).resolve()
 
 
 # --- Dockerfile ----------------------------------------------------------------------------

@@ -6,13 +6,13 @@ import pytest
 
 from memq.errors import ConfigError, MemqFormatError, ObjectNotFoundError
 from memq.formats import Compression, encode_batch, encode_block
-from spark.decode import ARROW_SCHEMA, decode_object, to_signed
-from spark.errors import CorruptObjectError, MissingObjectError
-from spark.listing import ObjectRef, dedup_hedged
-from spark.options import parse_options, parse_time_ms
-from spark.planning import pack_partitions, partition_bytes
-from spark.stats import Counter, CountsParam, ScanStats
-from spark.streaming import offset_of, watermark_of
+from memq.spark.decode import ARROW_SCHEMA, decode_object, to_signed
+from memq.spark.errors import CorruptObjectError, MissingObjectError
+from memq.spark.listing import ObjectRef, dedup_hedged
+from memq.spark.options import parse_options, parse_time_ms
+from memq.spark.planning import pack_partitions, partition_bytes
+from memq.spark.stats import Counter, CountsParam, ScanStats
+from memq.spark.streaming import offset_of, watermark_of
 
 MiB = 1 << 20
 BASE = {"bucket": "memq-dev", "topic": "events"}
@@ -214,7 +214,7 @@ def test_offsets_round_trip_and_reject_foreign_checkpoints() -> None:
 
 
 def test_streaming_rejects_end_time() -> None:
-    from spark.streaming import MemqStreamReader
+    from memq.spark.streaming import MemqStreamReader
 
     with pytest.raises(ConfigError, match="end_time"):
         MemqStreamReader(parse_options({**BASE, "end_time": "1000"}), None, 1)
