@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 
 help:
 	@echo "make demo   set up .venv, start the local stack, run the end-to-end demo, stop the stack"
-	@echo "make test   set up .venv, run ruff, mypy and the whole pytest suite (real local servers)"
+	@echo "make test   set up .venv, run ruff, import-linter, mypy and the whole pytest suite (real local servers)"
 	@echo "make chaos  fault-injection suite, hostile-client soak, overload, decoder fuzzing"
 	@echo "make bench  run the benchmark suite (~15 min; writes benchmarks/results/report.md)"
 	@echo "make clean  remove .venv, caches and the local stack's state"
@@ -41,6 +41,7 @@ demo: install
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 typecheck: install
 	$(BIN)/mypy

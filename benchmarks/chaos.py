@@ -186,8 +186,8 @@ class Reader:
 
 def run(quick: bool, seconds: float, faults: int, seed: int, producers: int) -> dict[str, Any]:
     from memq.audit.config import AuditorConfig
-    from memq.audit.service import AuditorThread
     from memq.client.admin import AdminClient
+    from memq.run.auditor import AuditorThread
 
     rng = random.Random(seed)
     tmp = Path(tempfile.mkdtemp(prefix="memq-chaos-"))

@@ -13,6 +13,7 @@ from typing import Any
 
 from memq.acl import AclEntry, add_entry, remove_entry
 from memq.errors import CoordinationError, InvalidRequestError
+from memq.governor.zk import ZkClient
 
 __all__ = ["acl_path", "edit_acls", "parse_acls", "watch_acls"]
 
@@ -36,7 +37,7 @@ def _dumps(entries: list[AclEntry]) -> bytes:
     return json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
 
 
-def watch_acls(zk: Any, root: str, on_change: Callable[[list[AclEntry]], None]) -> None:
+def watch_acls(zk: ZkClient, root: str, on_change: Callable[[list[AclEntry]], None]) -> None:
     """Call ``on_change`` with the entries now and on every change of the node."""
     path = acl_path(root)
     zk.ensure_path(path)
@@ -51,7 +52,7 @@ def watch_acls(zk: Any, root: str, on_change: Callable[[list[AclEntry]], None]) 
     zk.DataWatch(path, changed)
 
 
-def edit_acls(zk: Any, root: str, op: str, entry: AclEntry | None) -> list[AclEntry]:
+def edit_acls(zk: ZkClient, root: str, op: str, entry: AclEntry | None) -> list[AclEntry]:
     """``op`` = add | remove | list; returns the entries in force afterwards."""
     from kazoo.exceptions import BadVersionError
 

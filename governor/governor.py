@@ -17,7 +17,15 @@ from collections.abc import Callable
 from typing import Any
 
 from memq.governor.assignment import BrokerSpec, TopicSpec, assign
-from memq.governor.zk import AssignmentRecord, BrokerRecord, Layout, dumps, now_ms, read_json
+from memq.governor.zk import (
+    AssignmentRecord,
+    BrokerRecord,
+    Layout,
+    ZkClient,
+    dumps,
+    now_ms,
+    read_json,
+)
 
 __all__ = ["Governor"]
 
@@ -27,7 +35,7 @@ log = logging.getLogger(__name__)
 class Governor:
     def __init__(
         self,
-        zk: Any,
+        zk: ZkClient,
         layout: Layout,
         broker_id: str,
         *,

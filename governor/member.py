@@ -18,13 +18,11 @@ import asyncio
 import contextlib
 import logging
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import msgpack
-from pydantic import ValidationError
-
-from memq.acl import AclEntry, AclTable
-from memq.config import TopicConfig, deep_merge, validate_model
+from memq.acl import AclEntry
+from memq.broker.cluster import AdminResponse, TopicHost
+from memq.config import BrokerConfig, TopicConfig, deep_merge, validate_model
 from memq.errors import (
     ConfigError,
     CoordinationError,
@@ -32,71 +30,60 @@ from memq.errors import (
     TopicExistsError,
     UnknownTopicError,
 )
-from memq.formats.frames import RequestType
 from memq.formats.keys import validate_name
 from memq.governor.acls import edit_acls, watch_acls
 from memq.governor.governor import Governor
+from memq.governor.metrics import ClusterMetrics
 from memq.governor.zk import (
     AssignmentRecord,
     BrokerRecord,
     Layout,
+    ZkClient,
     dumps,
     make_client,
     now_ms,
     read_json,
 )
-from memq.protocol import BrokerInfo
+from memq.protocol import (
+    AclAdd,
+    AclList,
+    AclListResponse,
+    AclRemove,
+    AdminRequest,
+    BrokerInfo,
+    ClusterStatus,
+    TopicCreate,
+    TopicDelete,
+    TopicDeleted,
+    TopicList,
+    TopicListResponse,
+    TopicUpdate,
+)
 
-if TYPE_CHECKING:
-    from memq.broker.server import BrokerServer
-
-__all__ = ["ADMIN_TYPES", "ClusterMember", "settings_from_pairs"]
+__all__ = ["ClusterMember"]
 
 log = logging.getLogger(__name__)
 
-ADMIN_TYPES = {
-    int(RequestType.TOPIC_CREATE),
-    int(RequestType.TOPIC_UPDATE),
-    int(RequestType.TOPIC_DELETE),
-    int(RequestType.TOPIC_LIST),
-    int(RequestType.CLUSTER_STATUS),
-}
-
-
-def settings_from_pairs(pairs: dict[str, Any]) -> dict[str, Any]:
-    """``{"batch.ms": 500}`` -> ``{"batch": {"ms": 500}}`` (dotted paths to nested maps)."""
-    out: dict[str, Any] = {}
-    for path, value in pairs.items():
-        node = out
-        parts = path.split(".")
-        for p in parts[:-1]:
-            node = node.setdefault(p, {})
-            if not isinstance(node, dict):
-                raise ConfigError(f"setting {path!r} conflicts with another one")
-        node[parts[-1]] = value
-    return out
-
 
 class ClusterMember:
-    """The clustered part of one broker (its ClusterView, too)."""
+    """The clustered part of one broker: a :class:`memq.broker.cluster.ClusterView`
+    backed by ZooKeeper, following the governor's assignment for its
+    :class:`memq.broker.cluster.TopicHost`."""
 
     clustered = True
 
-    def __init__(self, server: BrokerServer, loop: asyncio.AbstractEventLoop) -> None:
-        cfg = server.config.zookeeper
-        assert cfg is not None
-        self.server = server
-        self.loop = loop
-        self.layout = Layout(cfg.chroot)
-        self.zk: Any = make_client(cfg)
-        self.broker_id = server.config.broker_id
-        metrics = server.metrics
-        self.governor = Governor(
-            self.zk,
-            self.layout,
-            self.broker_id,
-            on_leadership=lambda leading: metrics.governor_leader.set(1 if leading else 0),
-        )
+    def __init__(self, config: BrokerConfig, metrics: ClusterMetrics | None = None) -> None:
+        if config.zookeeper is None:
+            raise ConfigError("a cluster member needs the broker's zookeeper settings")
+        self.config = config
+        self.zk_config = config.zookeeper
+        self.metrics = metrics or ClusterMetrics()
+        self.layout = Layout(self.zk_config.chroot)
+        self.broker_id = config.broker_id
+        self._host: TopicHost | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._zk: ZkClient | None = None
+        self._governor: Governor | None = None
         self._brokers: dict[str, BrokerRecord] = {}
         self._topics: dict[str, TopicConfig] = {}
         self._assignment = AssignmentRecord()
@@ -108,7 +95,49 @@ class ClusterMember:
 
     # --- lifecycle ----------------------------------------------------------------------
 
+    @property
+    def host(self) -> TopicHost:
+        if self._host is None:
+            raise CoordinationError("this cluster member has not joined yet")
+        return self._host
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            raise CoordinationError("this cluster member has not joined yet")
+        return self._loop
+
+    async def join(self, host: TopicHost) -> None:
+        """Connect to ZooKeeper, register ``host``, follow assignments, run for governor."""
+        self._host = host
+        self._loop = asyncio.get_running_loop()
+        await self._loop.run_in_executor(None, self.start)
+
+    @property
+    def zk(self) -> ZkClient:
+        if self._zk is None:
+            raise CoordinationError("this cluster member is not connected to ZooKeeper yet")
+        return self._zk
+
+    @property
+    def governor(self) -> Governor:
+        if self._governor is None:
+            raise CoordinationError("this cluster member has not joined yet")
+        return self._governor
+
+    async def leave(self) -> None:
+        if self._zk is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.stop)
+
     def start(self) -> None:
+        self._zk = make_client(self.zk_config)
+        metrics = self.metrics
+        self._governor = Governor(
+            self.zk,
+            self.layout,
+            self.broker_id,
+            on_leadership=lambda leading: metrics.governor_leader.set(1 if leading else 0),
+        )
         for path in (self.layout.brokers, self.layout.topics, self.layout.election):
             self.zk.ensure_path(path)
         self.zk.add_listener(self._on_state)
@@ -118,21 +147,19 @@ class ClusterMember:
         self.zk.DataWatch(self.layout.assignments, self._assignment_changed)
         watch_acls(self.zk, self.layout.root, self._acls_changed)
         self.governor.start()
-        self.server.view = self  # type: ignore[assignment]
 
     def _acls_changed(self, entries: list[AclEntry]) -> None:
-        auth = self.server.config.auth
-        self.server.acls = AclTable(entries, auth.superusers if auth else ())
+        self.host.set_acls(entries)
 
     def record(self) -> BrokerRecord:
-        s = self.server
+        info = self.host.info
         return BrokerRecord(
             id=self.broker_id,
-            host=s.config.advertised,
-            port=s.port,
-            http_port=s.http_port,
-            capacity_mbps=s.config.capacity_mbps,
-            rack=s.config.rack,
+            host=info.host,
+            port=info.port,
+            http_port=info.http_port,
+            capacity_mbps=self.config.capacity_mbps,
+            rack=info.rack,
             started_at=now_ms(),
         )
 
@@ -146,7 +173,7 @@ class ClusterMember:
             try:
                 self.zk.create(path, data, ephemeral=True)
                 self.registrations += 1
-                self.server.metrics.zk_registrations.inc()
+                self.metrics.zk_registrations.inc()
                 log.info("broker %s registered in ZooKeeper", self.broker_id)
                 return
             except NodeExistsError:
@@ -268,7 +295,7 @@ class ClusterMember:
         with self._lock:
             previous = self._assignment
             self._assignment = rec
-        m = self.server.metrics
+        m = self.metrics
         m.assignment_version.set(rec.version)
         for topic in set(previous.shortfall) - set(rec.shortfall):
             m.shortfall.labels(topic).set(0)
@@ -297,23 +324,24 @@ class ClusterMember:
             await self._reconcile_once(mine)
 
     async def _reconcile_once(self, mine: dict[str, TopicConfig]) -> None:
-        s = self.server
-        if s.draining:
+        host = self.host
+        if host.draining:
             return
-        for name, proc in list(s.processors.items()):
+        for name, running in host.hosted_topics().items():
             cfg = mine.get(name)
-            if cfg is None or cfg != proc.config:
+            if cfg is None or cfg != running:
                 log.info(
                     "broker %s stops writing %s (%s)",
                     self.broker_id,
                     name,
                     "reassigned" if cfg is None else "reconfigured",
                 )
-                await s.remove_topic(name, "reassign")
+                await host.stop_topic(name, "reassign")
+        hosted = host.hosted_topics()
         for name, cfg in mine.items():
-            if name not in s.processors:
+            if name not in hosted:
                 try:
-                    await s.add_topic(cfg)
+                    await host.start_topic(cfg)
                     log.info("broker %s now writes %s", self.broker_id, name)
                 except Exception:
                     log.exception("starting topic %s failed", name)
@@ -360,7 +388,7 @@ class ClusterMember:
             validate_name("topic", name)
         except Exception as e:
             raise InvalidRequestError(str(e)) from None
-        defaults = self.server.config.topic_defaults
+        defaults = self.config.topic_defaults
         base = defaults.model_dump(by_alias=True, exclude_unset=True) if defaults else {}
         try:
             return validate_model(
@@ -387,7 +415,7 @@ class ClusterMember:
         from kazoo.exceptions import BadVersionError
 
         data, stat = read_json(self.zk, self.layout.topic(name))
-        if data is None:
+        if data is None or stat is None:
             raise UnknownTopicError(f"topic {name!r} does not exist: create it first")
         current = TopicConfig.model_validate(data).model_dump(by_alias=True)
         try:
@@ -418,7 +446,7 @@ class ClusterMember:
         cap = sum(b.capacity_mbps for b in brokers.values())
         used = sum(a.load.get(b, 0.0) for b in brokers)
         return {
-            "cluster": self.server.config.cluster,
+            "cluster": self.config.cluster,
             "governor": self.governor_id(),
             "assignment_version": a.version,
             "brokers": [
@@ -444,41 +472,25 @@ class ClusterMember:
             "shortfall": a.shortfall,
         }
 
-    async def admin(self, req_type: int, body: bytes) -> bytes:
-        try:
-            req = msgpack.unpackb(body, raw=False) if body else {}
-        except Exception as e:
-            raise InvalidRequestError(f"admin request body is not msgpack: {e}") from None
-        if not isinstance(req, dict):
-            raise InvalidRequestError("admin request body must be a map")
-        name = str(req.get("name", ""))
-        settings = settings_from_pairs(dict(req.get("settings") or {}))
-        out: Any
-        if req_type in (RequestType.ACL_LIST, RequestType.ACL_ADD, RequestType.ACL_REMOVE):
-            op = {RequestType.ACL_LIST: "list", RequestType.ACL_ADD: "add"}.get(
-                RequestType(req_type), "remove"
-            )
-            entry = None
-            if op != "list":
-                try:
-                    entry = AclEntry.model_validate(req.get("entry"))
-                except ValidationError as e:
-                    raise InvalidRequestError(f"acl {op}: {e.errors()[0]['msg']}") from None
-            entries = await self._blocking(edit_acls, self.zk, self.layout.root, op, entry)
-            out = {"entries": [e.model_dump(mode="json") for e in entries]}
-        elif req_type == RequestType.TOPIC_CREATE:
-            cfg = await self._blocking(self._create, name, settings, bool(req.get("if_not_exists")))
-            out = cfg.model_dump(mode="json", by_alias=True)
-        elif req_type == RequestType.TOPIC_UPDATE:
-            out = (await self._blocking(self._update, name, settings)).model_dump(
-                mode="json", by_alias=True
-            )
-        elif req_type == RequestType.TOPIC_DELETE:
-            await self._blocking(self._delete, name)
-            out = {"deleted": name}
-        elif req_type == RequestType.TOPIC_LIST:
-            out = {"topics": self.topic_names()}
-        else:
-            out = self.status()
-        packed: bytes = msgpack.packb(out, use_bin_type=True)
-        return packed
+    async def admin(self, req: AdminRequest) -> AdminResponse:
+        match req:
+            case AclList():
+                entries = await self._blocking(edit_acls, self.zk, self.layout.root, "list", None)
+                return AclListResponse(entries=entries)
+            case AclAdd() | AclRemove():
+                op = "add" if isinstance(req, AclAdd) else "remove"
+                entries = await self._blocking(edit_acls, self.zk, self.layout.root, op, req.entry)
+                return AclListResponse(entries=entries)
+            case TopicCreate():
+                cfg = await self._blocking(self._create, req.name, req.nested(), req.if_not_exists)
+                return cfg.model_dump(mode="json", by_alias=True)
+            case TopicUpdate():
+                cfg = await self._blocking(self._update, req.name, req.nested())
+                return cfg.model_dump(mode="json", by_alias=True)
+            case TopicDelete():
+                await self._blocking(self._delete, req.name)
+                return TopicDeleted(deleted=req.name)
+            case TopicList():
+                return TopicListResponse(topics=self.topic_names())
+            case _:
+                return ClusterStatus.model_validate(self.status())

@@ -12,14 +12,63 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
 from memq.config import ZooKeeperConfig
 from memq.errors import CoordinationError
 
-__all__ = ["AssignmentRecord", "BrokerRecord", "Layout", "dumps", "make_client", "read_json"]
+__all__ = [
+    "AssignmentRecord",
+    "BrokerRecord",
+    "Layout",
+    "ZkClient",
+    "ZkStat",
+    "dumps",
+    "make_client",
+    "read_json",
+]
+
+
+class ZkStat(Protocol):
+    """The parts of a ZooKeeper ``ZnodeStat`` we read."""
+
+    @property
+    def version(self) -> int: ...
+
+    @property
+    def ephemeralOwner(self) -> int: ...  # noqa: N802 - kazoo's name
+
+
+class ZkClient(Protocol):
+    """The kazoo ``KazooClient`` calls MemQ makes (kazoo ships no type hints)."""
+
+    @property
+    def state(self) -> str: ...
+
+    @property
+    def client_id(self) -> tuple[int, bytes]: ...
+
+    def start(self, timeout: float = ...) -> None: ...
+    def stop(self) -> None: ...
+    def close(self) -> None: ...
+    def add_listener(self, listener: Callable[[str], Any]) -> None: ...
+    def remove_listener(self, listener: Callable[[str], Any]) -> None: ...
+    def ensure_path(self, path: str) -> Any: ...
+    def exists(self, path: str) -> ZkStat | None: ...
+    def get(self, path: str) -> tuple[bytes, ZkStat]: ...
+    def get_children(self, path: str) -> list[str]: ...
+    def create(
+        self, path: str, value: bytes = ..., *, ephemeral: bool = ..., makepath: bool = ...
+    ) -> str: ...
+    def set(self, path: str, value: bytes, version: int = ...) -> ZkStat: ...
+    def delete(self, path: str, version: int = ..., recursive: bool = ...) -> Any: ...
+    def delete_async(self, path: str, version: int = ...) -> Any: ...
+    def ChildrenWatch(self, path: str, func: Callable[..., Any]) -> Any: ...  # noqa: N802
+    def DataWatch(self, path: str, func: Callable[..., Any]) -> Any: ...  # noqa: N802
+    def Election(self, path: str, identifier: str | None = ...) -> Any: ...  # noqa: N802
 
 
 class _Rec(BaseModel):
@@ -65,7 +114,7 @@ def dumps(obj: BaseModel | dict[str, Any]) -> bytes:
     return json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
 
 
-def read_json(zk: Any, path: str) -> tuple[dict[str, Any] | None, Any]:
+def read_json(zk: ZkClient, path: str) -> tuple[dict[str, Any] | None, ZkStat | None]:
     """(data, stat) of a node, or (None, None) when it does not exist."""
     from kazoo.exceptions import NoNodeError
 
@@ -79,12 +128,12 @@ def read_json(zk: Any, path: str) -> tuple[dict[str, Any] | None, Any]:
         raise CoordinationError(f"ZooKeeper node {path} holds invalid JSON: {e}") from e
 
 
-def make_client(cfg: ZooKeeperConfig, *, timeout: float = 15.0) -> Any:
+def make_client(cfg: ZooKeeperConfig, *, timeout: float = 15.0) -> ZkClient:
     """A started KazooClient (retries connections forever; commands a few times)."""
     from kazoo.client import KazooClient
     from kazoo.retry import KazooRetry
 
-    zk = KazooClient(
+    zk: ZkClient = KazooClient(
         hosts=cfg.connect,
         timeout=cfg.session_timeout_ms / 1000,
         connection_retry=KazooRetry(max_tries=-1, delay=0.2, max_delay=2),

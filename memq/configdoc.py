@@ -80,7 +80,9 @@ def _default(field: Any) -> str:
 
 def _table(title: str, model: type[BaseModel], note: str = "") -> str:
     docs = _comments(model)
-    rows = [f"\n## {title}\n", (inspect.getdoc(model) or "").strip(), ""]
+    # The model's own docstring only (an inherited one would be pydantic's BaseModel's).
+    own = model.__dict__.get("__doc__")
+    rows = [f"\n## {title}\n", inspect.cleandoc(own) if own else "", ""]
     if note:
         rows += [note, ""]
     rows += ["| key | type | default | meaning |", "|---|---|---|---|"]

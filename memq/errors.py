@@ -17,6 +17,7 @@ __all__ = [
     "AuthorizationError",
     "BadMagicError",
     "BrokerShuttingDownError",
+    "BrokerUnreachableError",
     "ChecksumError",
     "ClientClosedError",
     "CompressionError",
@@ -128,12 +129,25 @@ class MalformedError(MemqFormatError):
 class CorruptObjectError(MemqFormatError):
     """A stored batch object that fails its checks (checksum, size, a block's CRC).
 
-    ``key`` names the object; its notification (if any) disagreed with its bytes.
+    ``key`` names the object and ``bucket`` its bucket or root, when known; its
+    notification (if any) disagreed with its bytes. Picklable (Spark ships task errors
+    between processes).
     """
 
-    def __init__(self, message: str, *, key: str = "", body: bytes = b"") -> None:
+    def __init__(self, message: str, *, key: str = "", bucket: str = "", body: bytes = b"") -> None:
         super().__init__(message, body=body)
         self.key = key
+        self.bucket = bucket
+
+    def __reduce__(self) -> tuple[object, ...]:
+        message = str(self.args[0]) if self.args else ""
+        return (_rebuild_corrupt, (type(self), message, self.key, self.bucket, self.body))
+
+
+def _rebuild_corrupt(
+    cls: type[CorruptObjectError], message: str, key: str, bucket: str, body: bytes
+) -> CorruptObjectError:
+    return cls(message, key=key, bucket=bucket, body=body)
 
 
 class FrameTooLargeError(MemqFormatError):
@@ -163,6 +177,10 @@ class ConnectionLostError(ProtocolError):
     """The connection closed while requests were in flight."""
 
     retriable = True
+
+
+class BrokerUnreachableError(ConnectionLostError):
+    """No connection to the broker could be made (refused, unresolvable, timed out)."""
 
 
 class ClientClosedError(MemqError):

@@ -2,6 +2,9 @@
 
 WRITE is the hot path and binary; control requests (METADATA, admin) are msgpack
 maps, validated into typed models. Layouts are documented in ``docs/formats.md``.
+Admin requests have one model per request type (:data:`ADMIN_REQUESTS`) and one
+decoder (:func:`decode_admin`): the broker parses an admin request once, checks its
+ACL target, and hands the typed request to its cluster view.
 
 WRITE request body::
 
@@ -16,21 +19,38 @@ from __future__ import annotations
 
 import struct
 from enum import IntEnum
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import msgpack
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from memq.acl import AclEntry
 from memq.errors import InvalidRequestError, MalformedError
+from memq.formats.frames import RequestType
 
 __all__ = [
+    "ADMIN_REQUESTS",
     "Ack",
+    "AclAdd",
+    "AclList",
+    "AclListResponse",
+    "AclRemove",
+    "AdminRequest",
     "AuthResult",
     "BrokerInfo",
     "ClusterMetadata",
+    "ClusterStatus",
+    "ClusterStatusRequest",
     "MetadataRequest",
+    "TopicCreate",
+    "TopicDelete",
+    "TopicDeleted",
+    "TopicList",
+    "TopicListResponse",
     "TopicMetadata",
+    "TopicUpdate",
     "WriteAck",
+    "decode_admin",
     "decode_msg",
     "decode_write",
     "encode_msg",
@@ -174,3 +194,139 @@ class WriteAck(_Msg):
     key: str
     block: int = Field(ge=0)
     duplicate: bool = False
+
+
+# --- admin requests -----------------------------------------------------------------------
+
+
+def nested_settings(pairs: dict[str, Any]) -> dict[str, Any]:
+    """``{"batch.ms": 500}`` -> ``{"batch": {"ms": 500}}`` (dotted paths to nested maps)."""
+    out: dict[str, Any] = {}
+    for path, value in pairs.items():
+        node = out
+        parts = path.split(".")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise InvalidRequestError(f"setting {path!r} conflicts with another one")
+        node[parts[-1]] = value
+    return out
+
+
+class AdminRequest(_Msg):
+    """Base of admin requests. ``target`` is what the ACL check is about: the topic
+    acted on, or ``*`` for cluster-wide requests (which need ``admin`` on ``*``)."""
+
+    type: ClassVar[RequestType]
+
+    @property
+    def target(self) -> str:
+        return "*"
+
+
+class _TopicRequest(AdminRequest):
+    #: The topic acted on.
+    name: str = Field(min_length=1)
+
+    @property
+    def target(self) -> str:
+        return self.name
+
+
+class TopicCreate(_TopicRequest):
+    type = RequestType.TOPIC_CREATE
+    #: Settings over the cluster's topic defaults, as dotted keys (``batch.ms``).
+    settings: dict[str, Any] = {}
+    #: Succeed (answering the existing topic's config) when it exists.
+    if_not_exists: bool = False
+
+    def nested(self) -> dict[str, Any]:
+        return nested_settings(self.settings)
+
+
+class TopicUpdate(_TopicRequest):
+    type = RequestType.TOPIC_UPDATE
+    settings: dict[str, Any] = {}
+
+    def nested(self) -> dict[str, Any]:
+        return nested_settings(self.settings)
+
+
+class TopicDelete(_TopicRequest):
+    type = RequestType.TOPIC_DELETE
+
+
+class TopicList(AdminRequest):
+    type = RequestType.TOPIC_LIST
+
+
+class ClusterStatusRequest(AdminRequest):
+    type = RequestType.CLUSTER_STATUS
+
+
+class AclList(AdminRequest):
+    type = RequestType.ACL_LIST
+
+
+class AclAdd(AdminRequest):
+    type = RequestType.ACL_ADD
+    entry: AclEntry
+
+
+class AclRemove(AdminRequest):
+    type = RequestType.ACL_REMOVE
+    entry: AclEntry
+
+
+#: Every admin request type and its model (one dispatch for broker and client).
+ADMIN_REQUESTS: dict[int, type[AdminRequest]] = {
+    int(m.type): m
+    for m in (
+        TopicCreate,
+        TopicUpdate,
+        TopicDelete,
+        TopicList,
+        ClusterStatusRequest,
+        AclList,
+        AclAdd,
+        AclRemove,
+    )
+}
+
+
+def decode_admin(req_type: int, body: bytes | memoryview) -> AdminRequest:
+    """The typed admin request of a frame; InvalidRequestError/MalformedError otherwise."""
+    model = ADMIN_REQUESTS.get(req_type)
+    if model is None:
+        raise InvalidRequestError(f"request type {req_type} is not an admin request")
+    if not body:
+        body = encode_msg(_Msg())
+    return decode_msg(model, body, model.type.name)
+
+
+class TopicListResponse(_Msg):
+    topics: list[str]
+
+
+class TopicDeleted(_Msg):
+    deleted: str
+
+
+class AclListResponse(_Msg):
+    """The ACL entries in force (after an add or remove, too)."""
+
+    entries: list[AclEntry]
+
+
+class ClusterStatus(BaseModel):
+    """``memq cluster status``: brokers with load and topics, the governor, the
+    assignment, capacity and shortfall. Standalone brokers answer a subset."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    cluster: str
+    governor: str | None = None
+    standalone: bool = False
+    assignment_version: int | None = None
+    brokers: list[dict[str, Any]] = []
+    topics: dict[str, dict[str, Any]] = {}

@@ -1,10 +1,14 @@
-"""Typed errors of the ``memq`` data source (all subclasses of :class:`memq.MemqError`)."""
+"""Typed errors of the ``memq`` data source (all subclasses of :class:`memq.MemqError`).
+
+A corrupt object is :class:`memq.errors.CorruptObjectError` (built by
+:func:`corrupt_object`, its message names the object and the way to skip it).
+"""
 
 from __future__ import annotations
 
-from memq.errors import MemqError, MemqFormatError, ObjectNotFoundError
+from memq.errors import CorruptObjectError, MemqError, ObjectNotFoundError
 
-__all__ = ["SKIP_HINT", "BackfillError", "CorruptObjectError", "MissingObjectError"]
+__all__ = ["SKIP_HINT", "BackfillError", "MissingObjectError", "corrupt_object"]
 
 SKIP_HINT = (
     'to skip such objects and count them instead, read with .option("on_corrupt", "skip") '
@@ -12,19 +16,14 @@ SKIP_HINT = (
 )
 
 
-class CorruptObjectError(MemqFormatError):
+def corrupt_object(bucket: str, key: str, cause: BaseException) -> CorruptObjectError:
     """A listed batch object whose bytes do not decode (CRC mismatch, truncation, ...)."""
-
-    def __init__(self, bucket: str, key: str, cause: BaseException) -> None:
-        self.bucket = bucket
-        self.key = key
-        super().__init__(
-            f"corrupt MemQ batch object s3://{bucket}/{key}: {type(cause).__name__}: {cause}; "
-            f"{SKIP_HINT}"
-        )
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (_rebuild, (type(self), self.args))
+    return CorruptObjectError(
+        f"corrupt MemQ batch object s3://{bucket}/{key}: {type(cause).__name__}: {cause}; "
+        f"{SKIP_HINT}",
+        key=key,
+        bucket=bucket,
+    )
 
 
 class MissingObjectError(ObjectNotFoundError):

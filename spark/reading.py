@@ -23,7 +23,7 @@ from typing import Any
 
 from memq.errors import MemqFormatError, ObjectNotFoundError
 from memq.spark.decode import decode_object
-from memq.spark.errors import CorruptObjectError, MissingObjectError
+from memq.spark.errors import MissingObjectError, corrupt_object
 from memq.spark.listing import ObjectRef
 from memq.spark.options import ScanOptions
 from memq.spark.s3io import client_for, with_retries
@@ -104,7 +104,7 @@ def read_objects(
                 )
             except MemqFormatError as e:
                 if opts.on_corrupt == "fail":
-                    raise CorruptObjectError(opts.bucket, ref.key, e) from e
+                    raise corrupt_object(opts.bucket, ref.key, e) from e
                 log.warning("skipping corrupt object s3://%s/%s: %s", opts.bucket, ref.key, e)
                 counter.add({"corrupt_skipped": 1})
                 continue

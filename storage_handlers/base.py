@@ -3,17 +3,34 @@
 Writers store one sealed batch object and return where it went; readers read a byte
 range and list a prefix. Implementations are synchronous and thread-safe; the
 broker calls writers from a thread pool so uploads never block its event loop.
+A :class:`StorageHandler` names one implementation and builds its two sides
+(:mod:`memq.storage_handlers.registry` picks it by the ``storage.type`` name).
 """
 
 from __future__ import annotations
 
 import io
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-__all__ = ["ObjectInfo", "StorageReader", "StorageWriter", "StoredObject", "ViewReader"]
+from pydantic import BaseModel
+
+from memq.errors import ConfigError
+
+if TYPE_CHECKING:
+    from memq.config import StorageConfig
+
+__all__ = [
+    "ObjectInfo",
+    "StorageHandler",
+    "StorageReader",
+    "StorageWriter",
+    "StoredObject",
+    "ViewReader",
+    "unreadable",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +89,42 @@ class StorageReader(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections and threads."""
+
+
+class StorageHandler(ABC):
+    """A named storage plugin: builds a writer from config and a reader from public settings.
+
+    ``name`` is the ``storage.type`` that selects it; ``config_model`` is the model of
+    its ``storage.<name>`` section (None: it takes no settings). Handlers never create
+    clients when built: connections (and heavy imports like boto3) wait for first use.
+    """
+
+    name: ClassVar[str]
+    config_model: ClassVar[type[BaseModel] | None]
+
+    @classmethod
+    @abstractmethod
+    def writer(cls, cfg: StorageConfig, cluster: str) -> StorageWriter:
+        """The writer for a topic's storage config (``cfg.type == name``)."""
+
+    @classmethod
+    @abstractmethod
+    def reader(
+        cls, public_settings: Mapping[str, Any], overrides: Mapping[str, Any] | None = None
+    ) -> StorageReader:
+        """A reader for the settings a broker advertises (``StorageConfig.public``).
+
+        ``overrides`` replace advertised fields (e.g. an ``endpoint_url`` reachable from
+        this client, or a ``root`` where the filesystem is mounted here).
+        """
+
+
+def unreadable(kind: object) -> ConfigError:
+    """The error for a storage type that has no reader."""
+    return ConfigError(
+        f"cannot read storage type {kind!r}: readers exist for s3 and filesystem "
+        "(devnull keeps nothing to read)"
+    )
 
 
 class ViewReader(io.RawIOBase):

@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pydantic import BaseModel
 
 from memq.formats.keys import object_key, validate_name
-from memq.storage_handlers.base import StorageWriter, StoredObject
+from memq.storage_handlers.base import (
+    StorageHandler,
+    StorageReader,
+    StorageWriter,
+    StoredObject,
+    unreadable,
+)
 
-__all__ = ["DevNullWriter"]
+if TYPE_CHECKING:
+    from memq.config import StorageConfig
+
+__all__ = ["DevNullHandler", "DevNullWriter"]
 
 
 class DevNullWriter(StorageWriter):
@@ -21,3 +33,20 @@ class DevNullWriter(StorageWriter):
     ) -> StoredObject:
         key = object_key(self.cluster, topic, batch_id, created_ms)
         return StoredObject(self.name, "", key, len(data))
+
+
+class DevNullHandler(StorageHandler):
+    """Writes nowhere; has no reader (there is nothing to read back)."""
+
+    name: ClassVar[str] = "devnull"
+    config_model: ClassVar[type[BaseModel] | None] = None
+
+    @classmethod
+    def writer(cls, cfg: StorageConfig, cluster: str) -> StorageWriter:
+        return DevNullWriter(cluster)
+
+    @classmethod
+    def reader(
+        cls, public_settings: Mapping[str, Any], overrides: Mapping[str, Any] | None = None
+    ) -> StorageReader:
+        raise unreadable(cls.name)

@@ -9,16 +9,24 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from memq.config import FilesystemConfig
-from memq.errors import ObjectNotFoundError, StorageError
+from pydantic import BaseModel
+
+from memq.config import FilesystemConfig, StorageConfig
+from memq.errors import ConfigError, ObjectNotFoundError, StorageError
 from memq.formats.keys import object_key, validate_name
-from memq.storage_handlers.base import ObjectInfo, StorageReader, StorageWriter, StoredObject
+from memq.storage_handlers.base import (
+    ObjectInfo,
+    StorageHandler,
+    StorageReader,
+    StorageWriter,
+    StoredObject,
+)
 
-__all__ = ["FilesystemConfig", "FilesystemReader", "FilesystemWriter"]
+__all__ = ["FilesystemConfig", "FilesystemHandler", "FilesystemReader", "FilesystemWriter"]
 
 
 def _safe_path(root: Path, key: str) -> Path:
@@ -121,3 +129,25 @@ class FilesystemReader(StorageReader):
         return sorted(
             f"{head}{p.name}/" for p in d.iterdir() if p.is_dir() and p.name.startswith(partial)
         )
+
+
+class FilesystemHandler(StorageHandler):
+    """A directory tree (local disk or NFS) with the S3 key layout."""
+
+    name: ClassVar[str] = "filesystem"
+    config_model: ClassVar[type[BaseModel] | None] = FilesystemConfig
+
+    @classmethod
+    def writer(cls, cfg: StorageConfig, cluster: str) -> StorageWriter:
+        if cfg.filesystem is None:
+            raise ConfigError("storage type filesystem needs a `filesystem:` section with `root`")
+        return FilesystemWriter(cfg.filesystem, cluster)
+
+    @classmethod
+    def reader(
+        cls, public_settings: Mapping[str, Any], overrides: Mapping[str, Any] | None = None
+    ) -> StorageReader:
+        """Reads under ``root`` if given (where the filesystem is mounted here), else each
+        object's ``bucket`` (the writer's absolute root)."""
+        root = {**public_settings, **(overrides or {})}.get("root")
+        return FilesystemReader(FilesystemConfig(root=str(root)) if root else None)

@@ -11,23 +11,32 @@ import functools
 import logging
 import threading
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, ClassVar
 
-from memq.config import S3Config
-from memq.errors import MemqError, ObjectNotFoundError, StorageAccessError, StorageError
+from pydantic import BaseModel
+
+from memq.config import S3Config, StorageConfig
+from memq.errors import (
+    ConfigError,
+    MemqError,
+    ObjectNotFoundError,
+    StorageAccessError,
+    StorageError,
+)
 from memq.formats.keys import object_key, validate_name
 from memq.retry import call_with_retries
 from memq.storage_handlers.base import (
     ObjectInfo,
+    StorageHandler,
     StorageReader,
     StorageWriter,
     StoredObject,
     ViewReader,
 )
 
-__all__ = ["S3Config", "S3Reader", "S3Writer", "classify_s3_error", "make_client"]
+__all__ = ["S3Config", "S3Handler", "S3Reader", "S3Writer", "classify_s3_error", "make_client"]
 
 log = logging.getLogger(__name__)
 
@@ -76,10 +85,17 @@ def make_client(cfg: S3Config) -> Any:
     from botocore.config import Config
 
     session = boto3.session.Session(profile_name=cfg.profile)
+    keys: dict[str, str] = {}
+    if cfg.access_key_id and cfg.secret_access_key is not None:
+        keys = {
+            "aws_access_key_id": cfg.access_key_id,
+            "aws_secret_access_key": cfg.secret_access_key.get_secret_value(),
+        }
     return session.client(
         "s3",
         endpoint_url=cfg.endpoint_url,
         region_name=cfg.region,
+        **keys,
         config=Config(
             connect_timeout=cfg.connect_timeout_ms / 1000,
             read_timeout=cfg.read_timeout_ms / 1000,
@@ -276,3 +292,27 @@ class S3Reader(_S3Base, StorageReader):
             for page in self._pages(bucket, prefix, Delimiter="/")
             for p in page.get("CommonPrefixes", [])
         ]
+
+
+class S3Handler(StorageHandler):
+    """Any S3 API (AWS, MinIO, Ceph, moto). boto3 loads when the first request is made."""
+
+    name: ClassVar[str] = "s3"
+    config_model: ClassVar[type[BaseModel] | None] = S3Config
+
+    @classmethod
+    def writer(cls, cfg: StorageConfig, cluster: str) -> StorageWriter:
+        if cfg.s3 is None:
+            raise ConfigError("storage type s3 needs an `s3:` section with at least `bucket`")
+        return S3Writer(cfg.s3, cluster)
+
+    @classmethod
+    def reader(
+        cls, public_settings: Mapping[str, Any], overrides: Mapping[str, Any] | None = None
+    ) -> StorageReader:
+        s = {**public_settings, **(overrides or {})}
+        fields = {k: s[k] for k in ("bucket", "region", "endpoint_url", "profile") if s.get(k)}
+        fields.setdefault("bucket", "unknown-bucket")
+        extra = {k: v for k, v in s.items() if k in S3Config.model_fields and k not in fields}
+        extra.pop("type", None)
+        return S3Reader(S3Config.model_validate({**extra, **fields}))

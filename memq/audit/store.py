@@ -1,4 +1,4 @@
-"""The auditor's state in SQLite: blocks reported produced and consumed, and the figures.
+"""The auditor's state in SQLite: the blocks reported produced and consumed, and offsets.
 
 One row per produced block ``(topic, producer_id, epoch, sequence)`` and one per block a
 consumer group handed out ``(topic, group, producer_id, epoch, sequence)``; the Kafka
@@ -7,20 +7,10 @@ so a restarted auditor resumes exactly where it stopped (nothing lost, nothing c
 twice). WAL mode lets the HTTP API read while the ingest thread writes; each thread uses
 its own connection.
 
-Figures for a group are computed over the blocks *produced* in the asked window:
-
-- ``consumed``: blocks (records) of the window the group handed out;
-- ``missing``: blocks acked longer ago than the grace period and never handed out by the
-  group, counted from the group's *watch start*: the ack time of the oldest block it
-  consumed, so a group that starts at ``latest`` is not blamed for what came before it.
-  The price: a loss of the very first blocks a group should have read goes unseen; for
-  groups that read from the beginning, ``strict`` counts every block of the window;
-- ``pending``: the same within the grace period (in flight, not yet a loss);
-- ``duplicates``: blocks handed out more than once (a retried block stored twice, a
-  redelivery after a crash: at-least-once), with the extra records;
-- ``mismatches``: blocks whose consumer ``content_crc`` differs from the producer's;
-- ``unaudited``: consumed blocks with no produced record (audit off or dropped there);
-- latency: hand-out time minus the block's oldest record timestamp, p50 and p99.
+This module owns the file: connections, schema, writes (:meth:`AuditStore.apply`,
+:meth:`AuditStore.prune`), offsets and counters. What the rows mean (consumed, missing,
+duplicates, ...) is computed by :mod:`memq.audit.figures`; the store's query methods
+delegate there.
 
 ``producer_id`` and ``sequence`` are u64 in the format and stored as the signed 64-bit
 integer with the same bits (SQLite integers are signed).
@@ -31,23 +21,17 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from memq.audit.figures import Figures, GroupFigures, TopicFigures
 from memq.errors import MemqError
 from memq.formats.audit import AuditRecord
 
-__all__ = [
-    "AuditStore",
-    "GroupFigures",
-    "Ingest",
-    "TopicFigures",
-    "percentile",
-]
+__all__ = ["AuditStore", "GroupFigures", "Ingest", "TopicFigures"]
 
 SCHEMA_VERSION = 1
-MINUTE_MS = 60_000
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
@@ -97,19 +81,8 @@ ON CONFLICT (topic, grp, producer_id, epoch, sequence) DO UPDATE SET
 
 
 def _i64(u: int) -> int:
+    """The signed 64-bit integer with the bits of u64 ``u`` (figures read the reverse)."""
     return u - (1 << 64) if u >= 1 << 63 else u
-
-
-def _u64(i: int) -> int:
-    return i + (1 << 64) if i < 0 else i
-
-
-def percentile(sorted_values: Sequence[float], q: float) -> float | None:
-    """Nearest-rank percentile of already sorted values (None when empty)."""
-    if not sorted_values:
-        return None
-    rank = max(1, -(-int(q * 1000) * len(sorted_values) // 100_000))  # ceil(q% * n)
-    return sorted_values[min(len(sorted_values), rank) - 1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,43 +95,6 @@ class Ingest:
     offset: int
 
 
-@dataclass
-class GroupFigures:
-    group: str
-    consumed_blocks: int = 0
-    consumed_records: int = 0
-    missing_blocks: int = 0
-    missing_records: int = 0
-    pending_blocks: int = 0
-    pending_records: int = 0
-    duplicate_blocks: int = 0
-    duplicate_records: int = 0
-    mismatches: int = 0
-    unaudited_blocks: int = 0
-    unaudited_records: int = 0
-    latency_p50_ms: float | None = None
-    latency_p99_ms: float | None = None
-    watch_start_ms: int | None = None
-    last_consumed_ms: int | None = None
-    status: str = "ok"
-
-
-@dataclass
-class TopicFigures:
-    topic: str
-    produced_blocks: int = 0
-    produced_records: int = 0
-    last_produced_ms: int | None = None
-    groups: list[GroupFigures] = field(default_factory=list)
-    status: str = "unconsumed"
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-_SEVERITY = {"ok": 0, "unconsumed": 0, "warn": 1, "missing": 2}
-
-
 class AuditStore:
     """Thread-safe access to one auditor SQLite file (a connection per thread)."""
 
@@ -167,6 +103,7 @@ class AuditStore:
         if str(path) != ":memory:":
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
+        self.figures = Figures(self._conn)
         try:
             conn = self._conn()
             conn.executescript(_SCHEMA)
@@ -280,31 +217,17 @@ class AuditStore:
             raise
         return n
 
-    # --- figures ------------------------------------------------------------------------
+    # --- figures (computed by memq.audit.figures) ---------------------------------------
 
     def topics(self) -> list[str]:
-        rows = self._conn().execute(
-            "SELECT DISTINCT topic FROM produced UNION SELECT DISTINCT topic FROM consumed"
-        )
-        return sorted(str(t) for (t,) in rows)
+        return self.figures.topics()
 
     def groups(self, topic: str) -> list[str]:
-        rows = self._conn().execute("SELECT DISTINCT grp FROM consumed WHERE topic = ?", (topic,))
-        return sorted(str(g) for (g,) in rows)
+        return self.figures.groups(topic)
 
     def watch_start(self, topic: str, group: str) -> int | None:
-        """Ack time of the oldest produced block ``group`` consumed (None: none matched)."""
-        row = (
-            self._conn()
-            .execute(
-                "SELECT MIN(p.acked_ms) FROM consumed c JOIN produced p ON p.topic = c.topic "
-                "AND p.producer_id = c.producer_id AND p.epoch = c.epoch "
-                "AND p.sequence = c.sequence WHERE c.topic = ? AND c.grp = ?",
-                (topic, group),
-            )
-            .fetchone()
-        )
-        return None if row is None or row[0] is None else int(row[0])
+        """See :meth:`Figures.watch_start`."""
+        return self.figures.watch_start(topic, group)
 
     def summary(
         self,
@@ -316,94 +239,11 @@ class AuditStore:
         group: str | None = None,
         strict: bool = False,
     ) -> list[TopicFigures]:
-        """Figures per topic and group for blocks acked in ``[since_ms, now_ms]``.
-
-        ``strict``: every block of the window must be consumed by every group (for groups
-        that read from the beginning); otherwise a group's watch start applies.
-        """
-        out = []
-        for t in [topic] if topic else self.topics():
-            tf = TopicFigures(t)
-            row = (
-                self._conn()
-                .execute(
-                    "SELECT COUNT(*), COALESCE(SUM(records), 0), MAX(acked_ms) FROM produced "
-                    "WHERE topic = ? AND acked_ms BETWEEN ? AND ?",
-                    (t, since_ms, now_ms),
-                )
-                .fetchone()
-            )
-            tf.produced_blocks, tf.produced_records = int(row[0]), int(row[1])
-            tf.last_produced_ms = None if row[2] is None else int(row[2])
-            for g in [group] if group is not None else self.groups(t):
-                tf.groups.append(self._group(t, g, now_ms, since_ms, grace_ms, strict))
-            if tf.groups:
-                tf.status = max((g.status for g in tf.groups), key=_SEVERITY.__getitem__)
-            out.append(tf)
-        return out
-
-    def _start(self, topic: str, group: str, since_ms: int, strict: bool) -> int | None:
-        return since_ms if strict else self.watch_start(topic, group)
-
-    def _group(
-        self, topic: str, group: str, now_ms: int, since_ms: int, grace_ms: int, strict: bool
-    ) -> Any:
-        conn = self._conn()
-        gf = GroupFigures(group)
-        gf.watch_start_ms = self._start(topic, group, since_ms, strict)
-        latencies: list[float] = []
-        for recs, crecs, times, match, lat in conn.execute(
-            "SELECT p.records, c.records, c.times, "
-            "c.content_crc = p.content_crc AND NOT c.crc_conflict, c.first_ms - p.min_ts "
-            "FROM produced p JOIN consumed c ON c.topic = p.topic AND c.grp = ? "
-            "AND c.producer_id = p.producer_id AND c.epoch = p.epoch "
-            "AND c.sequence = p.sequence WHERE p.topic = ? AND p.acked_ms BETWEEN ? AND ?",
-            (group, topic, since_ms, now_ms),
-        ):
-            gf.consumed_blocks += 1
-            gf.consumed_records += min(recs, crecs)
-            if times > 1:
-                gf.duplicate_blocks += 1
-                gf.duplicate_records += max(0, crecs - recs)
-            if not match:
-                gf.mismatches += 1
-            latencies.append(lat)
-        latencies.sort()
-        gf.latency_p50_ms = percentile(latencies, 50)
-        gf.latency_p99_ms = percentile(latencies, 99)
-        if gf.watch_start_ms is not None:
-            cutoff = now_ms - grace_ms
-            lo = max(since_ms, gf.watch_start_ms)
-            for acked, recs in conn.execute(
-                "SELECT p.acked_ms, p.records FROM produced p WHERE p.topic = ? "
-                "AND p.acked_ms BETWEEN ? AND ? AND NOT EXISTS (SELECT 1 FROM consumed c "
-                "WHERE c.topic = p.topic AND c.grp = ? AND c.producer_id = p.producer_id "
-                "AND c.epoch = p.epoch AND c.sequence = p.sequence)",
-                (topic, lo, now_ms, group),
-            ):
-                if acked < cutoff:
-                    gf.missing_blocks += 1
-                    gf.missing_records += recs
-                else:
-                    gf.pending_blocks += 1
-                    gf.pending_records += recs
-        row = conn.execute(
-            "SELECT COUNT(*), COALESCE(SUM(c.records), 0), MAX(c.last_ms) FROM consumed c "
-            "WHERE c.topic = ? AND c.grp = ? AND c.first_ms BETWEEN ? AND ? AND NOT EXISTS "
-            "(SELECT 1 FROM produced p WHERE p.topic = c.topic AND p.producer_id = "
-            "c.producer_id AND p.epoch = c.epoch AND p.sequence = c.sequence)",
-            (topic, group, since_ms, now_ms),
-        ).fetchone()
-        gf.unaudited_blocks, gf.unaudited_records = int(row[0]), int(row[1])
-        last = conn.execute(
-            "SELECT MAX(last_ms) FROM consumed WHERE topic = ? AND grp = ?", (topic, group)
-        ).fetchone()[0]
-        gf.last_consumed_ms = None if last is None else int(last)
-        if gf.missing_blocks or gf.mismatches:
-            gf.status = "missing"
-        elif gf.duplicate_blocks or gf.unaudited_blocks:
-            gf.status = "warn"
-        return gf
+        """See :meth:`Figures.summary`."""
+        return self.figures.summary(
+            now_ms=now_ms, since_ms=since_ms, grace_ms=grace_ms, topic=topic, group=group,
+            strict=strict,
+        )  # fmt: skip
 
     def timeseries(
         self,
@@ -415,68 +255,11 @@ class AuditStore:
         group: str | None = None,
         strict: bool = False,
     ) -> dict[str, Any]:
-        """Per-minute series for ``topic`` (and each of its groups, or just ``group``).
-
-        ``produced``: records acked in the minute; per group ``consumed``: records handed
-        out in the minute; ``missing``/``pending``: records of blocks acked in the minute
-        that the group has not handed out; latency percentiles of the blocks handed out
-        in the minute.
-        """
-        conn = self._conn()
-        first = since_ms - since_ms % MINUTE_MS
-        minutes = list(range(first, now_ms + 1, MINUTE_MS))
-        index = {m: i for i, m in enumerate(minutes)}
-        n = len(minutes)
-
-        def slot(ms: int) -> int | None:
-            return index.get(ms - ms % MINUTE_MS)
-
-        produced = [0] * n
-        for acked, recs in conn.execute(
-            "SELECT acked_ms, records FROM produced WHERE topic = ? AND acked_ms BETWEEN ? AND ?",
-            (topic, first, now_ms),
-        ):
-            if (i := slot(acked)) is not None:
-                produced[i] += recs
-        groups: dict[str, Any] = {}
-        cutoff = now_ms - grace_ms
-        for g in [group] if group is not None else self.groups(topic):
-            consumed = [0] * n
-            missing = [0] * n
-            pending = [0] * n
-            lat: list[list[float]] = [[] for _ in range(n)]
-            for handed, recs, latency in conn.execute(
-                "SELECT c.first_ms, c.records, c.first_ms - p.min_ts FROM consumed c "
-                "LEFT JOIN produced p ON p.topic = c.topic AND p.producer_id = c.producer_id "
-                "AND p.epoch = c.epoch AND p.sequence = c.sequence "
-                "WHERE c.topic = ? AND c.grp = ? AND c.first_ms BETWEEN ? AND ?",
-                (topic, g, first, now_ms),
-            ):
-                if (i := slot(handed)) is not None:
-                    consumed[i] += recs
-                    if latency is not None:
-                        lat[i].append(latency)
-            start = self._start(topic, g, first, strict)
-            if start is not None:
-                for acked, recs in conn.execute(
-                    "SELECT p.acked_ms, p.records FROM produced p WHERE p.topic = ? "
-                    "AND p.acked_ms BETWEEN ? AND ? AND NOT EXISTS (SELECT 1 FROM consumed c "
-                    "WHERE c.topic = p.topic AND c.grp = ? AND c.producer_id = p.producer_id "
-                    "AND c.epoch = p.epoch AND c.sequence = p.sequence)",
-                    (topic, max(first, start), now_ms, g),
-                ):
-                    if (i := slot(acked)) is not None:
-                        (missing if acked < cutoff else pending)[i] += recs
-            for series in lat:
-                series.sort()
-            groups[g] = {
-                "consumed": consumed,
-                "missing": missing,
-                "pending": pending,
-                "latency_p50_ms": [percentile(s, 50) for s in lat],
-                "latency_p99_ms": [percentile(s, 99) for s in lat],
-            }
-        return {"topic": topic, "minutes": minutes, "produced": produced, "groups": groups}
+        """See :meth:`Figures.timeseries`."""
+        return self.figures.timeseries(
+            topic, now_ms=now_ms, since_ms=since_ms, grace_ms=grace_ms, group=group,
+            strict=strict,
+        )  # fmt: skip
 
     def missing(
         self,
@@ -489,66 +272,14 @@ class AuditStore:
         limit: int = 1000,
         strict: bool = False,
     ) -> list[dict[str, Any]]:
-        """Blocks acked in the window, past the grace period, never handed out by ``group``."""
-        start = self._start(topic, group, since_ms, strict)
-        if start is None:
-            return []
-        rows = self._conn().execute(
-            "SELECT p.producer_id, p.epoch, p.sequence, p.records, p.acked_ms, p.min_ts, "
-            "p.acks, p.bucket, p.object_key, p.client FROM produced p WHERE p.topic = ? "
-            "AND p.acked_ms BETWEEN ? AND ? AND NOT EXISTS (SELECT 1 FROM consumed c "
-            "WHERE c.topic = p.topic AND c.grp = ? AND c.producer_id = p.producer_id "
-            "AND c.epoch = p.epoch AND c.sequence = p.sequence) "
-            "ORDER BY p.acked_ms, p.producer_id, p.sequence LIMIT ?",
-            (topic, max(since_ms, start), now_ms - grace_ms - 1, group, limit),
-        )
-        return [
-            {
-                "topic": topic,
-                "group": group,
-                "producer_id": _u64(pid),
-                "epoch": epoch,
-                "sequence": _u64(seq),
-                "records": recs,
-                "acked_ms": acked,
-                "min_timestamp": min_ts,
-                "acks": acks,
-                "bucket": bucket,
-                "object_key": key,
-                "client": client,
-            }
-            for pid, epoch, seq, recs, acked, min_ts, acks, bucket, key, client in rows
-        ]
+        """See :meth:`Figures.missing`."""
+        return self.figures.missing(
+            topic, group, now_ms=now_ms, since_ms=since_ms, grace_ms=grace_ms, limit=limit,
+            strict=strict,
+        )  # fmt: skip
 
     def anomalies(
         self, topic: str, group: str, *, now_ms: int, since_ms: int, limit: int = 1000
     ) -> list[dict[str, Any]]:
-        """Blocks ``group`` handed out more than once or with a different content CRC."""
-        rows = self._conn().execute(
-            "SELECT p.producer_id, p.epoch, p.sequence, p.records, c.records, c.times, "
-            "p.content_crc, c.content_crc, c.crc_conflict, p.object_key, c.object_key "
-            "FROM produced p JOIN consumed c ON c.topic = p.topic AND c.grp = ? "
-            "AND c.producer_id = p.producer_id AND c.epoch = p.epoch "
-            "AND c.sequence = p.sequence WHERE p.topic = ? AND p.acked_ms BETWEEN ? AND ? "
-            "AND (c.times > 1 OR c.content_crc != p.content_crc OR c.crc_conflict) "
-            "ORDER BY p.acked_ms LIMIT ?",
-            (group, topic, since_ms, now_ms, limit),
-        )
-        out = []
-        for pid, epoch, seq, precs, crecs, times, pcrc, ccrc, conflict, pkey, ckey in rows:
-            mismatch = bool(conflict) or pcrc != ccrc
-            out.append(
-                {
-                    "producer_id": _u64(pid),
-                    "epoch": epoch,
-                    "sequence": _u64(seq),
-                    "kind": "mismatch" if mismatch else "duplicate",
-                    "produced_records": precs,
-                    "consumed_records": crecs,
-                    "times": times,
-                    "produced_crc": pcrc,
-                    "consumed_crc": ccrc,
-                    "object_key": pkey or ckey,
-                }
-            )
-        return out
+        """See :meth:`Figures.anomalies`."""
+        return self.figures.anomalies(topic, group, now_ms=now_ms, since_ms=since_ms, limit=limit)

@@ -1,6 +1,10 @@
-"""The MemQ broker: asyncio TCP server, topic processors, acks, metrics, shutdown."""
+"""The MemQ broker: asyncio TCP server, topic processors, acks, metrics, shutdown.
 
-from memq.broker.runner import BrokerThread, run_broker
-from memq.broker.server import BrokerServer, ClusterView
+Run one with :func:`memq.run.broker.run_broker` (``memq broker``) or
+:class:`memq.run.broker.BrokerThread` (tests, embedding).
+"""
 
-__all__ = ["BrokerServer", "BrokerThread", "ClusterView", "run_broker"]
+from memq.broker.cluster import ClusterView, StandaloneView, TopicHost
+from memq.broker.server import BrokerServer
+
+__all__ = ["BrokerServer", "ClusterView", "StandaloneView", "TopicHost"]

@@ -19,6 +19,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 import msgpack
+from pydantic import BaseModel
 
 from memq.errors import (
     AuthenticationError,
@@ -43,12 +44,14 @@ from memq.formats.frames import (
     parse_frame,
 )
 from memq.protocol import (
+    ADMIN_REQUESTS,
     Ack,
     AuthResult,
     ClusterMetadata,
     MetadataRequest,
     TopicMetadata,
     WriteAck,
+    decode_admin,
     decode_msg,
     decode_write,
     encode_msg,
@@ -277,10 +280,11 @@ class BrokerConnection(asyncio.BufferedProtocol):
                 self.respond(req.type, req.request_id, encode_msg(meta))
             elif req.type == RequestType.PING:
                 self.respond(req.type, req.request_id, req.body)
-            elif req.type in self.server.admin_types:
-                self.server.authorize(self.principal, "admin", _admin_target(req))
-                body = await self.server.admin(req.type, bytes(req.body))
-                self.respond(req.type, req.request_id, body)
+            elif req.type in ADMIN_REQUESTS:
+                admin = decode_admin(req.type, req.body)
+                self.server.authorize(self.principal, "admin", admin.target)
+                answer = await self.server.admin(admin)
+                self.respond(req.type, req.request_id, encode_admin_response(answer))
             else:
                 raise UnknownRequestTypeError(
                     f"unknown request type {req.type}: upgrade the broker?"
@@ -399,18 +403,12 @@ class BrokerConnection(asyncio.BufferedProtocol):
         self.server.metrics.ack_seconds.labels(topic, "all").observe(time.monotonic() - received)
 
 
-@functools.cache
-def _admin_target(req: Request) -> str:
-    """The topic an admin request acts on; ``*`` for cluster-wide requests."""
-    if req.type in (RequestType.TOPIC_CREATE, RequestType.TOPIC_UPDATE, RequestType.TOPIC_DELETE):
-        try:
-            body = msgpack.unpackb(bytes(req.body), raw=False) if req.body else {}
-        except Exception as e:
-            raise InvalidRequestError(f"admin request body is not msgpack: {e}") from None
-        name = body.get("name") if isinstance(body, dict) else None
-        if isinstance(name, str) and name:
-            return name
-    return "*"
+def encode_admin_response(answer: object) -> bytes:
+    """An admin answer (a model or a plain map) as the msgpack map clients read."""
+    if isinstance(answer, BaseModel):
+        return encode_msg(answer)
+    packed: bytes = msgpack.packb(answer, use_bin_type=True)
+    return packed
 
 
 def _type_name(t: int) -> str:

@@ -101,21 +101,6 @@ class BrokerMetrics:
             ["topic"],
             registry=r,
         )
-        self.governor_leader = Gauge(
-            "memq_governor_leader", "1 while this broker is the cluster's governor.", registry=r
-        )
-        self.assignment_version = Gauge(
-            "memq_assignment_version", "Version of the assignment this broker follows.", registry=r
-        )
-        self.shortfall = Gauge(
-            "memq_cluster_shortfall_mbps",
-            "Expected ingest (MB/s) of a topic the cluster has no capacity to place.",
-            ["topic"],
-            registry=r,
-        )
-        self.zk_registrations = Counter(
-            "memq_zk_registrations", "Times this broker registered in ZooKeeper.", registry=r
-        )
         self.storage_retries = Counter(
             "memq_storage_retries", "Storage operations retried.", ["storage"], registry=r
         )

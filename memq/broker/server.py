@@ -1,4 +1,9 @@
-"""The broker: TCP server, topic processors, metadata, HTTP side port, graceful shutdown."""
+"""The broker: TCP server, topic processors, metadata, HTTP side port, graceful shutdown.
+
+It knows the cluster only through :class:`memq.broker.cluster.ClusterView` (standalone
+by default; the runner passes a clustered one) and offers itself to it as a
+:class:`memq.broker.cluster.TopicHost`.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +15,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import msgpack
-
-from memq.acl import AclTable, Op
+from memq.acl import AclEntry, AclTable, Op
+from memq.broker.cluster import AdminResponse, ClusterView, StandaloneView
 from memq.broker.connection import BrokerConnection
 from memq.broker.metrics import BrokerMetrics
 from memq.broker.processor import NotificationSink, TopicProcessor
@@ -24,9 +28,9 @@ from memq.errors import (
     NotWriterError,
     UnknownTopicError,
 )
-from memq.formats.frames import RequestType
 from memq.formats.keys import validate_name
 from memq.protocol import (
+    AdminRequest,
     BrokerInfo,
     ClusterMetadata,
     MetadataRequest,
@@ -37,78 +41,11 @@ from memq.security import server_context
 from memq.storage_handlers.base import StorageWriter
 from memq.storage_handlers.registry import make_writer
 
-__all__ = ["BrokerServer", "ClusterView"]
+__all__ = ["BrokerServer"]
 
 log = logging.getLogger(__name__)
 
 SinkFactory = Callable[[NotificationConfig], Any]
-
-
-class ClusterView:
-    """Who writes what. Standalone: this broker writes every topic it has.
-
-    A clustered broker replaces it with :class:`governor.member.ClusterMember`
-    (ZooKeeper-backed, same methods).
-    """
-
-    clustered = False
-
-    def __init__(self, server: BrokerServer) -> None:
-        self.server = server
-
-    def brokers(self) -> list[BrokerInfo]:
-        return [self.server.info]
-
-    def writers(self, topic: str) -> list[str]:
-        return [self.server.config.broker_id] if topic in self.server.processors else []
-
-    def governor_id(self) -> str | None:
-        return None
-
-    def topic_config(self, topic: str) -> TopicConfig | None:
-        p = self.server.processors.get(topic)
-        return p.config if p else None
-
-    def topic_names(self) -> list[str]:
-        return sorted(self.server.processors)
-
-    async def create_topic(
-        self, name: str, settings: dict[str, Any] | None = None, if_not_exists: bool = True
-    ) -> TopicConfig:
-        raise InvalidRequestError(
-            "this broker is standalone: its topics come from its config file (add the topic "
-            "there and restart), or run brokers clustered with zookeeper configured"
-        )
-
-    async def admin(self, req_type: int, body: bytes) -> bytes:
-        if req_type == RequestType.ACL_LIST:
-            out: Any = {"entries": [e.model_dump(mode="json") for e in self.server.acls.entries]}
-        elif req_type in (RequestType.ACL_ADD, RequestType.ACL_REMOVE):
-            raise InvalidRequestError(
-                "this broker is standalone: its ACLs come from auth.acls in its config file "
-                "(edit it and restart), or run brokers clustered with zookeeper configured"
-            )
-        elif req_type == RequestType.TOPIC_LIST:
-            out = {"topics": self.topic_names()}
-        elif req_type == RequestType.CLUSTER_STATUS:
-            s = self.server
-            out = {
-                "cluster": s.config.cluster,
-                "governor": None,
-                "standalone": True,
-                "brokers": [
-                    {
-                        **s.info.model_dump(),
-                        "capacity_mbps": s.config.capacity_mbps,
-                        "topics": self.topic_names(),
-                    }
-                ],
-                "topics": {t: {"writers": [s.config.broker_id]} for t in self.topic_names()},
-            }
-        else:
-            await self.create_topic("")  # raises the standalone explanation
-        packed: bytes = msgpack.packb(out, use_bin_type=True)
-        return packed
 
 
 class BrokerServer:
@@ -119,30 +56,21 @@ class BrokerServer:
         writer_factory: Callable[[TopicConfig, str], StorageWriter] | None = None,
         sink_factory: SinkFactory | None = None,
         metrics: BrokerMetrics | None = None,
+        cluster: ClusterView | None = None,
     ) -> None:
         self.config = config
         self.metrics = metrics or BrokerMetrics()
         self.processors: dict[str, TopicProcessor] = {}
         self.connections: set[BrokerConnection] = set()
-        self.view: ClusterView = ClusterView(self)
+        auth = config.auth
+        #: Who writes what: the cluster given by the runner, else this broker alone.
+        self.view: ClusterView = cluster or StandaloneView(config, list(auth.acls if auth else ()))
         self.executor = ThreadPoolExecutor(config.upload_threads, thread_name_prefix="memq-upload")
         self.draining = False
         self.ready = False
         self.port = config.port
         self.http_port: int | None = None
-        self.admin_types: set[int] = {
-            int(RequestType.TOPIC_CREATE),
-            int(RequestType.TOPIC_UPDATE),
-            int(RequestType.TOPIC_DELETE),
-            int(RequestType.TOPIC_LIST),
-            int(RequestType.CLUSTER_STATUS),
-            int(RequestType.ACL_LIST),
-            int(RequestType.ACL_ADD),
-            int(RequestType.ACL_REMOVE),
-        }
-        self.member: Any = None
         self.ssl_context = server_context(config.tls) if config.tls is not None else None
-        auth = config.auth
         #: ACLs in force (auth.acls standalone; ZooKeeper's when clustered).
         self.acls = AclTable(auth.acls if auth else (), auth.superusers if auth else ())
         self.token_secret = (
@@ -173,7 +101,7 @@ class BrokerServer:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        if self.config.zookeeper is None:
+        if not self.view.clustered:
             for t in self.config.topics:
                 await self.add_topic(t)
         self._server = await loop.create_server(
@@ -191,23 +119,32 @@ class BrokerServer:
             self._http, self.http_port = await start_http(
                 self, self.config.host, self.config.http_port
             )
-        if self.config.zookeeper is not None:
-            await self._join_cluster(loop)
+        await self.view.join(self)
+        if self.view.clustered:  # topics in the config file exist in the cluster
+            for t in self.config.topics:
+                settings = t.model_dump(mode="json", by_alias=True, exclude={"name"})
+                await self.view.create_topic(t.name, settings, if_not_exists=True)
         self.ready = True
         log.info(
             "broker %s serving %s (http %s)", self.config.broker_id, self.address, self.http_port
         )
 
-    async def _join_cluster(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Register in ZooKeeper, follow the governor's assignments (clustered mode)."""
-        from memq.governor.member import ClusterMember
+    # --- TopicHost (what the cluster view may ask) ------------------------------------
 
-        member = ClusterMember(self, loop)
-        await loop.run_in_executor(None, member.start)
-        self.member = member
-        for t in self.config.topics:  # topics in the config file exist in the cluster
-            settings = t.model_dump(mode="json", by_alias=True, exclude={"name"})
-            await member.create_topic(t.name, settings, if_not_exists=True)
+    def hosted_topics(self) -> dict[str, TopicConfig]:
+        return {name: p.config for name, p in self.processors.items()}
+
+    async def start_topic(self, cfg: TopicConfig) -> None:
+        await self.add_topic(cfg)
+
+    async def stop_topic(self, name: str, trigger: str) -> None:
+        await self.remove_topic(name, trigger)
+
+    def set_acls(self, entries: list[AclEntry]) -> None:
+        auth = self.config.auth
+        self.acls = AclTable(entries, auth.superusers if auth else ())
+
+    # --- topics -------------------------------------------------------------------------
 
     def sink_for(self, cfg: NotificationConfig) -> NotificationSink:
         key = (cfg.bootstrap_servers, cfg.delivery_timeout_ms, tuple(sorted(cfg.producer.items())))
@@ -313,8 +250,8 @@ class BrokerServer:
         finally:
             del self._creating[topic]
 
-    async def admin(self, req_type: int, body: bytes) -> bytes:
-        return await self.view.admin(req_type, body)
+    async def admin(self, req: AdminRequest) -> AdminResponse:
+        return await self.view.admin(req)
 
     @property
     def enforcing(self) -> bool:
@@ -365,8 +302,8 @@ class BrokerServer:
         self.draining = True
         self.ready = False
         log.info("broker %s draining: sealing open batches", self.config.broker_id)
-        if self.member is not None:  # deregister first: the governor moves our topics away
-            await asyncio.get_running_loop().run_in_executor(None, self.member.stop)
+        # Leave the cluster first (deregister): the governor moves our topics away.
+        await self.view.leave()
         if self._server is not None:
             self._server.close()
         await asyncio.gather(

@@ -16,7 +16,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from memq.cli.options import STATE_DIR, stack
+from memq.cli.options import STATE_DIR
+from memq.client.profile import load_profile
 from memq.errors import ConfigError, MemqError
 
 app = typer.Typer(
@@ -50,17 +51,18 @@ def serve(
     (/api/...), /healthz and /metrics until SIGTERM/SIGINT. Env overrides:
     MEMQ_AUDITOR__<KEY>=value."""
     from memq.audit.config import load_auditor_config
-    from memq.audit.service import run_auditor
+    from memq.run.auditor import run_auditor
 
     overrides: dict[str, Any] = {}
     if config is None:
-        st = stack(state_dir).load()
-        if st is None:
+        profile = load_profile(state_dir)
+        if profile is None or not profile.kafka_bootstrap:
             raise ConfigError(
                 "no --config and no local stack: pass --config auditor.yaml or run `memq dev up`"
             )
-        overrides["kafka"] = {"bootstrap_servers": st.kafka_bootstrap}
-        overrides["db_path"] = str(Path(st.state_dir) / "auditor" / "audit.db")
+        overrides["kafka"] = {"bootstrap_servers": profile.kafka_bootstrap}
+        if profile.auditor_db:
+            overrides["db_path"] = profile.auditor_db
     if port is not None:
         overrides["http_port"] = port
     if db_path is not None:
@@ -71,9 +73,9 @@ def serve(
 def _auditor_url(url: str | None, state_dir: Path | None) -> str:
     if url:
         return url.rstrip("/")
-    st = stack(state_dir).load()
-    if st is not None and st.extra.get("auditor"):
-        return str(st.extra["auditor"]["url"])
+    profile = load_profile(state_dir)
+    if profile is not None and profile.auditor_url:
+        return profile.auditor_url
     return "http://127.0.0.1:8080"
 
 

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from memq.cli.options import STATE_DIR, stack
+from memq.cli.options import STATE_DIR
 from memq.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -26,23 +26,40 @@ err = Console(stderr=True)
 
 
 def _location(
-    state_dir: Path | None, bucket: str | None, endpoint_url: str | None, region: str | None
-) -> tuple[str, str | None, str | None]:
-    """Bucket, endpoint and region to read: the flags, else the local dev stack."""
+    state_dir: Path | None,
+    bucket: str | None,
+    endpoint_url: str | None,
+    region: str | None,
+    cluster: str | None,
+) -> tuple[str, str | None, str | None, str]:
+    """Bucket, endpoint, region and cluster to read: the flags, else the local dev stack's."""
     if bucket is not None:
-        return bucket, endpoint_url, region
+        return bucket, endpoint_url, region, cluster or "default"
     if endpoint_url is not None:
         raise ConfigError("--endpoint-url needs --bucket too (which bucket holds the topic?)")
-    state = stack(state_dir).load()
-    if state is None:
+    from memq.client.profile import load_profile
+
+    profile = load_profile(state_dir)
+    if profile is None or profile.bucket is None:
         raise ConfigError(
             "no --bucket given and no local stack is running: pass --bucket (and "
             "--endpoint-url for a non-AWS S3), or start one with `memq dev up`"
         )
-    # The dev S3 accepts any credentials; real ones in the environment are kept.
-    for k, v in state.aws_env().items():
-        os.environ.setdefault(k, v)
-    return state.bucket, state.s3_endpoint, region or state.s3.details.get("region")
+    # Spark's Python workers inherit this process's environment: hand them the local S3's
+    # throwaway credentials there (real ones already in the environment are kept).
+    storage = profile.storage
+    for var, key in (
+        ("AWS_ACCESS_KEY_ID", "access_key_id"),
+        ("AWS_SECRET_ACCESS_KEY", "secret_access_key"),
+    ):
+        if storage.get(key):
+            os.environ.setdefault(var, str(storage[key]))
+    return (
+        profile.bucket,
+        storage.get("endpoint_url"),
+        region or storage.get("region"),
+        cluster or profile.cluster,
+    )
 
 
 def backfill(
@@ -63,7 +80,11 @@ def backfill(
     bucket: str | None = typer.Option(
         None, "--bucket", help="S3 bucket (default: the local dev stack's)."
     ),
-    cluster: str = typer.Option("default", "--cluster", help="MemQ cluster name in the keys."),
+    cluster: str | None = typer.Option(
+        None,
+        "--cluster",
+        help="MemQ cluster name in the keys (default: the local stack's, else 'default').",
+    ),
     endpoint_url: str | None = typer.Option(
         None, "--endpoint-url", help="S3 endpoint for non-AWS S3 (default: the dev stack's)."
     ),
@@ -99,11 +120,11 @@ def backfill(
         if not sep or not k:
             raise ConfigError(f"--conf {item!r}: use key=value")
         extra[k.strip()] = v.strip()
-    b, endpoint, reg = _location(state_dir, bucket, endpoint_url, region)
+    b, endpoint, reg, cluster_name = _location(state_dir, bucket, endpoint_url, region, cluster)
     options = {
         "bucket": b,
         "topic": topic,
-        "cluster": cluster,
+        "cluster": cluster_name,
         "hash_prefix": hash_prefix,
         "on_corrupt": on_corrupt,
     }

@@ -21,8 +21,8 @@ def broker(
 ) -> None:
     """Run a broker until SIGTERM/SIGINT, then drain: stop accepting, seal and upload open
     batches, answer every pending request, exit 0. Env overrides: MEMQ__<KEY>__<SUBKEY>=value."""
-    from memq.broker import run_broker
     from memq.config import load_broker_config
+    from memq.run.broker import run_broker
 
     overrides: dict[str, object] = {}
     if port is not None:

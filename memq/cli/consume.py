@@ -162,14 +162,12 @@ def consume(
     err.print(t)
 
 
-def _reader_for(uri: str, endpoint: str | None, region: str | None) -> tuple[Any, str, str]:
+def _reader_for(uri: str, storage: dict[str, Any]) -> tuple[Any, str, str]:
     from memq.storage_handlers.registry import make_reader
 
     if uri.startswith("s3://"):
         bucket, _, key = uri[5:].partition("/")
-        reader = make_reader(
-            {"type": "s3", "bucket": bucket, "endpoint_url": endpoint, "region": region}
-        )
+        reader = make_reader({"type": "s3", "bucket": bucket}, storage)
         return reader, bucket, key
     path = Path(uri).absolute()
     return make_reader({"type": "filesystem", "root": "/"}), "/", str(path).lstrip("/")
@@ -191,14 +189,14 @@ def cat(
     from memq.formats.keys import parse_object_key
     from memq.jsonlines import iso_ms, record_json
 
+    storage: dict[str, Any] = {"endpoint_url": endpoint_url, "region": region}
     if uri.startswith("s3://") and endpoint_url is None:
-        from memq.devstack import DevStack
+        from memq.client.profile import load_profile
 
-        state = DevStack(state_dir).load()
-        if state is not None:
-            endpoint_url, region = state.s3_endpoint, region or "us-east-1"
-            os.environ.update({k: v for k, v in state.aws_env().items() if not os.environ.get(k)})
-    reader, bucket, key = _reader_for(uri, endpoint_url, region)
+        profile = load_profile(state_dir)  # the local stack's S3 endpoint and credentials
+        if profile is not None:
+            storage = {**profile.storage, **({"region": region} if region else {})}
+    reader, bucket, key = _reader_for(uri, storage)
     data = reader.read(bucket, key)
     header = decode_batch_header(data)
     try:
@@ -270,19 +268,14 @@ def peek(
 ) -> None:
     """Show a topic's newest batches (from their notifications) without joining a group or
     committing: partition, offset, object key, size, blocks, records, time range, broker."""
-    from memq.client.bootstrap import (
-        fetch_metadata,
-        resolve_bootstrap,
-        with_local_stack_security,
-    )
+    from memq.client.bootstrap import fetch_metadata, resolve_client, split_servers
     from memq.config import SecureClientConfig
     from memq.consumer.notifications import NotificationProbe
     from memq.jsonlines import iso_ms
 
     _use_state_dir(state_dir)
-    boot = resolve_bootstrap([b.strip() for b in (bootstrap or "").split(",") if b.strip()])
-    sec = with_local_stack_security(SecureClientConfig(), uses_local_stack=not bootstrap)
-    meta = fetch_metadata(boot, [topic], security=sec.security())
+    sec, endpoints = resolve_client(SecureClientConfig(), split_servers(bootstrap))
+    meta = fetch_metadata(endpoints.bootstrap, [topic], security=sec.security())
     tm = meta.topics.get(topic)
     if tm is None or tm.error:
         err.print(f"[red]topic {topic!r}: {tm.error if tm else 'unknown'}[/red]")

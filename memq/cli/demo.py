@@ -8,7 +8,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from memq.cli.options import STATE_DIR, stack
+from memq.cli.options import STATE_DIR
+from memq.devstack import DevStack
 
 out = Console(log_path=False)
 
@@ -51,7 +52,7 @@ def demo(
             out.print(f"audit dashboard: [link={res.dashboard}]{res.dashboard}[/link]{note}")
 
     demo_with_stack(
-        stack(state_dir),
+        DevStack(state_dir),
         keep=keep,
         say=out.log,
         report=report,

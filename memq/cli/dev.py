@@ -10,7 +10,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from memq.cli.options import STATE_DIR, stack
+from memq.cli.options import STATE_DIR
+from memq.devstack import DevStack
 
 app = typer.Typer(
     help="Run the local stack: moto S3, Tansu (Kafka protocol) and ZooKeeper on 127.0.0.1.",
@@ -47,7 +48,7 @@ def up(
     auto_create_topics on, and the auditor (dashboard URL in the table). Clients (memq
     produce, memq.Producer) find them through the state dir when no bootstrap is given,
     and then emit audit records by default."""
-    s = stack(state_dir)
+    s = DevStack(state_dir)
     t0 = time.monotonic()
     with err.status("starting the local stack...") as status:
         state = s.up(
@@ -105,7 +106,7 @@ def status(
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
 ) -> None:
     """Show each server, its endpoint, pid and live health (exit 1 if any is unhealthy)."""
-    s = stack(state_dir)
+    s = DevStack(state_dir)
     if not as_json:
         _print_table(s)
         return
@@ -147,7 +148,7 @@ def down(
     timeout: float = typer.Option(10.0, help="Seconds to wait after SIGTERM before SIGKILL."),
 ) -> None:
     """Stop every process the stack started (and only those)."""
-    s = stack(state_dir)
+    s = DevStack(state_dir)
     stopped = s.down(timeout=timeout, progress=err.print)
     err.print("local stack stopped" if stopped else f"no local stack under {s.state_dir}")
 
@@ -160,7 +161,7 @@ def logs(
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines."),
 ) -> None:
     """Show the log of one component (or the tail of all of them)."""
-    s = stack(state_dir)
+    s = DevStack(state_dir)
     state = s.require()
     names = [*state.services, *(b["name"] for b in state.extra.get("brokers", []))]
     chosen = names if name == "all" else [name]

@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import typer
-
-from memq.devstack import DevStack
 
 STATE_DIR = typer.Option(
     None,
@@ -14,7 +10,3 @@ STATE_DIR = typer.Option(
     envvar="MEMQ_STATE_DIR",
     help="Where the local stack keeps its state, pids and logs (default: .memq).",
 )
-
-
-def stack(state_dir: Path | None) -> DevStack:
-    return DevStack(state_dir)

@@ -8,15 +8,37 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import msgpack
+from pydantic import ValidationError
 
-from memq.client.bootstrap import resolve_bootstrap, with_local_stack_security
+from memq.acl import AclEntry
+from memq.client.bootstrap import resolve_client, split_servers
 from memq.client.connection import ClientConnection
 from memq.config import SecureClientConfig
-from memq.errors import ConnectionLostError, MemqError
-from memq.formats.frames import RequestType
+from memq.errors import ConnectionLostError, InvalidRequestError, MemqError
+from memq.protocol import (
+    AclAdd,
+    AclList,
+    AclRemove,
+    AdminRequest,
+    ClusterStatusRequest,
+    TopicCreate,
+    TopicDelete,
+    TopicList,
+    TopicUpdate,
+    encode_msg,
+)
 from memq.security import ClientSecurity
 
 __all__ = ["AdminClient"]
+
+
+def _entry(principal: str, topic: str, ops: list[str]) -> AclEntry:
+    try:
+        return AclEntry.model_validate({"principal": principal, "topic": topic, "ops": ops})
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise InvalidRequestError(f"acl entry: {where}: {first['msg']}") from None
 
 
 class AdminClient:
@@ -29,24 +51,21 @@ class AdminClient:
         security: ClientSecurity | None = None,
     ) -> None:
         if isinstance(bootstrap, str):
-            bootstrap = [b.strip() for b in bootstrap.split(",") if b.strip()]
-        self.bootstrap = resolve_bootstrap(bootstrap or [])
+            bootstrap = split_servers(bootstrap)
+        # Security: MEMQ_SSL_CA_LOCATION / MEMQ_AUTH_TOKEN, else the local stack's.
+        env = {
+            k: os.environ[v]
+            for k, v in (("ssl.ca.location", "MEMQ_SSL_CA_LOCATION"),
+                         ("auth.token", "MEMQ_AUTH_TOKEN"))
+            if os.environ.get(v)
+        }  # fmt: skip
+        cfg, endpoints = resolve_client(SecureClientConfig.from_mapping(env), bootstrap or [])
+        self.bootstrap = endpoints.bootstrap
         self.timeout = timeout
-        if security is None:  # MEMQ_SSL_CA_LOCATION / MEMQ_AUTH_TOKEN, else the local stack's
-            env = {
-                k: os.environ[v]
-                for k, v in (("ssl.ca.location", "MEMQ_SSL_CA_LOCATION"),
-                             ("auth.token", "MEMQ_AUTH_TOKEN"))
-                if os.environ.get(v)
-            }  # fmt: skip
-            local = with_local_stack_security(
-                SecureClientConfig.from_mapping(env), uses_local_stack=not bootstrap and not env
-            )
-            security = local.security()
-        self.security = security
+        self.security = security if security is not None else cfg.security()
 
-    def _call(self, req_type: RequestType, body: dict[str, Any]) -> Any:
-        payload: bytes = msgpack.packb(body, use_bin_type=True)
+    def _call(self, req: AdminRequest) -> Any:
+        req_type, payload = req.type, encode_msg(req)
 
         async def go() -> Any:
             errors = []
@@ -73,37 +92,32 @@ class AdminClient:
     ) -> dict[str, Any]:
         """Create a topic from the cluster's topic defaults plus ``settings`` (dotted keys)."""
         out: dict[str, Any] = self._call(
-            RequestType.TOPIC_CREATE,
-            {"name": name, "settings": settings or {}, "if_not_exists": if_not_exists},
+            TopicCreate(name=name, settings=settings or {}, if_not_exists=if_not_exists)
         )
         return out
 
     def update_topic(self, name: str, settings: dict[str, Any]) -> dict[str, Any]:
-        out: dict[str, Any] = self._call(
-            RequestType.TOPIC_UPDATE, {"name": name, "settings": settings}
-        )
+        out: dict[str, Any] = self._call(TopicUpdate(name=name, settings=settings))
         return out
 
     def delete_topic(self, name: str) -> None:
-        self._call(RequestType.TOPIC_DELETE, {"name": name})
+        self._call(TopicDelete(name=name))
 
     def list_topics(self) -> list[str]:
-        return list(self._call(RequestType.TOPIC_LIST, {})["topics"])
+        return list(self._call(TopicList())["topics"])
 
     def cluster_status(self) -> dict[str, Any]:
-        out: dict[str, Any] = self._call(RequestType.CLUSTER_STATUS, {})
+        out: dict[str, Any] = self._call(ClusterStatusRequest())
         return out
 
     def list_acls(self) -> list[dict[str, Any]]:
-        return list(self._call(RequestType.ACL_LIST, {})["entries"])
+        return list(self._call(AclList())["entries"])
 
     def add_acl(self, principal: str, topic: str, ops: list[str]) -> list[dict[str, Any]]:
-        entry = {"principal": principal, "topic": topic, "ops": ops}
-        return list(self._call(RequestType.ACL_ADD, {"entry": entry})["entries"])
+        return list(self._call(AclAdd(entry=_entry(principal, topic, ops)))["entries"])
 
     def remove_acl(self, principal: str, topic: str, ops: list[str]) -> list[dict[str, Any]]:
-        entry = {"principal": principal, "topic": topic, "ops": ops}
-        return list(self._call(RequestType.ACL_REMOVE, {"entry": entry})["entries"])
+        return list(self._call(AclRemove(entry=_entry(principal, topic, ops)))["entries"])
 
     def describe_topic(self, name: str) -> dict[str, Any]:
         from memq.client.bootstrap import fetch_metadata

@@ -1,81 +1,100 @@
-"""Where clients find brokers and metadata when they are not told."""
+"""Where clients find brokers, and the settings that come with them.
+
+:func:`resolve_client` is the one place a producer, consumer or admin client decides
+which brokers it talks to:
+
+1. ``bootstrap.servers`` when given;
+2. else ``MEMQ_BOOTSTRAP`` (what ``memq`` commands and scripts may set);
+3. else the local stack's client profile (``<MEMQ_STATE_DIR or .memq>/client.json``,
+   written by ``memq dev up``; see :mod:`memq.client.profile`);
+4. else a clear error.
+
+When the brokers are the local stack's (by 3, or because 1/2 name the stack's brokers),
+the profile also supplies what the stack needs: its TLS CA and token (unless the client
+sets its own security) and its storage settings (endpoint and throwaway credentials of
+the local S3), which clients hand to their storage readers. Nothing is written to
+``os.environ``.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import os
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from pydantic import SecretStr
+
 from memq.client.pool import ConnectionPool, MetadataCache
-from memq.errors import MemqError
+from memq.client.profile import StackProfile, default_state_dir, load_profile
+from memq.config import SecureClientConfig
+from memq.errors import ConfigError
 from memq.protocol import ClusterMetadata
 
 if TYPE_CHECKING:
     from memq.security import ClientSecurity
 
-from memq.config import SecureClientConfig
-
 C = TypeVar("C", bound=SecureClientConfig)
 
-__all__ = [
-    "dev_stack_bootstrap",
-    "dev_stack_security",
-    "fetch_metadata",
-    "resolve_bootstrap",
-    "with_local_stack_security",
-]
+__all__ = ["Endpoints", "fetch_metadata", "resolve_client", "split_servers"]
 
 
-def dev_stack_bootstrap() -> list[str]:
-    """Broker addresses of the running local stack, or a clear error."""
-    from memq.devstack import DevStack
-
-    stack = DevStack()
-    state = stack.load()
-    brokers = state.extra.get("brokers", []) if state else []
-    addrs = [b["endpoint"] for b in brokers if b.get("endpoint")]
-    if not addrs or state is None:
-        raise MemqError(
-            "no bootstrap.servers given and no local stack with brokers under "
-            f"{stack.state_dir}: run `memq dev up` or set bootstrap.servers"
-        )
-    # Readers fetch objects from the stack's S3 (moto): hand them its throwaway
-    # credentials unless the environment already has some.
-    for k, v in state.aws_env().items():
-        os.environ.setdefault(k, v)
-    return addrs
+def split_servers(text: str | None) -> list[str]:
+    return [s.strip() for s in (text or "").split(",") if s.strip()]
 
 
-def dev_stack_security() -> dict[str, Any]:
-    """Client settings (field names) for the local stack's TLS and token, if it has them."""
-    from pydantic import SecretStr
+@dataclass(frozen=True)
+class Endpoints:
+    """The brokers a client uses and what came with them."""
 
-    from memq.devstack import DevStack
-
-    state = DevStack().load()
-    tls = state.extra.get("tls") if state else None
-    if not tls:
-        return {}
-    return {
-        "security_protocol": "ssl",
-        "ssl_ca_location": Path(tls["ca_file"]),
-        "auth_token": SecretStr(Path(tls["token_file"]).read_text().strip()),
-    }
+    bootstrap: list[str]
+    #: Storage reader settings from the local stack's profile (endpoint, credentials).
+    storage: dict[str, Any] = field(default_factory=dict)
+    #: The brokers are a local stack's (auditing is on by default there).
+    local: bool = False
+    #: The local stack's profile, when it applies.
+    profile: StackProfile | None = None
 
 
-def with_local_stack_security(cfg: C, *, uses_local_stack: bool) -> C:
-    """``cfg`` with the local stack's TLS and token when it uses the local stack (no
-    bootstrap.servers) and sets no security of its own."""
-    if not uses_local_stack or cfg.security_protocol != "plaintext" or cfg.auth_token:
+def resolve_client(cfg: C, configured: list[str]) -> tuple[C, Endpoints]:
+    """``cfg`` (with the local stack's security when it applies) and the endpoints to use.
+
+    ``configured`` is the client's ``bootstrap.servers`` as a list (may be empty).
+    """
+    brokers = configured or split_servers(os.environ.get("MEMQ_BOOTSTRAP"))
+    profile = load_profile()
+    if not brokers:
+        if profile is None:
+            raise ConfigError(
+                "no bootstrap.servers given, MEMQ_BOOTSTRAP is not set, and no local stack "
+                f"profile exists under {default_state_dir().absolute()}: set bootstrap.servers "
+                "(host:port,...) or run `memq dev up`"
+            )
+        brokers = list(profile.bootstrap_servers)
+    elif profile is not None and not profile.matches(brokers):
+        profile = None
+    if profile is None:
+        return cfg, Endpoints(brokers)
+    return _with_profile_security(cfg, profile), Endpoints(
+        brokers, dict(profile.storage), local=True, profile=profile
+    )
+
+
+def _with_profile_security(cfg: C, profile: StackProfile) -> C:
+    """The stack's TLS CA and token, unless the client configured security itself."""
+    own = cfg.security_protocol != "plaintext" or cfg.auth_token or cfg.ssl_ca_location
+    if own or profile.ssl_ca_location is None:
         return cfg
-    extra = dev_stack_security()
-    return cfg.model_copy(update=extra) if extra else cfg
-
-
-def resolve_bootstrap(configured: list[str]) -> list[str]:
-    return configured or dev_stack_bootstrap()
+    update: dict[str, Any] = {
+        "security_protocol": "ssl",
+        "ssl_ca_location": Path(profile.ssl_ca_location),
+    }
+    token = profile.token()
+    if token:
+        update["auth_token"] = SecretStr(token)
+    return cfg.model_copy(update=update)
 
 
 def fetch_metadata(

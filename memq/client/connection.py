@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from memq.errors import (
     AuthenticationError,
+    BrokerUnreachableError,
     ConnectionLostError,
     MemqError,
     MemqFormatError,
@@ -83,7 +84,7 @@ class ClientConnection(asyncio.Protocol):
                 timeout,
             )
         except TimeoutError:
-            raise ConnectionLostError(
+            raise BrokerUnreachableError(
                 f"connecting to broker {address} timed out after {timeout} s"
             ) from None
         except ssl.SSLCertVerificationError as e:
@@ -97,7 +98,7 @@ class ClientConnection(asyncio.Protocol):
                 "TLS (security.protocol), and does it require a client certificate?"
             ) from None
         except OSError as e:
-            raise ConnectionLostError(
+            raise BrokerUnreachableError(
                 f"cannot connect to broker {address}: {e.strerror or e}"
             ) from None
         if security is not None and security.token is not None:

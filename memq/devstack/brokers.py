@@ -18,6 +18,7 @@ from memq.errors import DevStackError
 
 __all__ = [
     "BROKER_READY_TIMEOUT",
+    "DEV_CLUSTER",
     "broker_health",
     "dev_broker_config",
     "start_broker",

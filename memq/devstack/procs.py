@@ -22,7 +22,6 @@ from memq.errors import DevStackError
 
 __all__ = [
     "ProcessRef",
-    "announce_ready",
     "free_port",
     "is_alive",
     "port_open",
@@ -170,16 +169,3 @@ def wait_for(
         if time.monotonic() >= deadline:
             raise DevStackError(f"{what}: not ready after {timeout:.0f} s")
         time.sleep(interval)
-
-
-def announce_ready(marker: str, info: dict[str, object], ready_file: Path | None) -> None:
-    """Tell a supervisor a service is serving: ``<marker> <json>`` on stdout and, with
-    ``ready_file``, the JSON written atomically there (what :func:`start_component` waits
-    for)."""
-    import json
-
-    print(f"{marker} {json.dumps(info)}", flush=True)
-    if ready_file is not None:
-        tmp = ready_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(info))
-        tmp.replace(ready_file)

@@ -17,7 +17,7 @@ import sys
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -34,8 +34,10 @@ __all__ = [
     "Service",
     "ServiceState",
     "ZooKeeperService",
+    "aws_env",
     "find_tansu",
     "find_zookeeper_classpath",
+    "s3_client",
     "zk_four_letter",
 ]
 
@@ -173,6 +175,44 @@ def _log_has(log: Path, offset: int, needle: bytes) -> bool:
         return False
 
 
+# --- clients of the stack's S3 -----------------------------------------------------------
+
+
+def aws_env(s3: ServiceState) -> dict[str, str]:
+    """Environment for boto3 (and Spark workers) to reach the stack's S3.
+
+    An external S3 keeps the standard credential chain: nothing is injected.
+    """
+    if s3.external:
+        return {}
+    return {
+        "AWS_ACCESS_KEY_ID": DEV_ACCESS_KEY,
+        "AWS_SECRET_ACCESS_KEY": DEV_SECRET_KEY,
+        "AWS_DEFAULT_REGION": s3.details.get("region", DEV_REGION),
+    }
+
+
+def s3_client(s3: ServiceState, *, timeout: float = 10.0, retries: int = 0) -> Any:
+    """A boto3 S3 client for the stack's S3 endpoint."""
+    import boto3
+    from botocore.config import Config
+
+    creds = aws_env(s3)
+    return boto3.session.Session().client(
+        "s3",
+        endpoint_url=s3.endpoint,
+        region_name=s3.details.get("region", DEV_REGION),
+        aws_access_key_id=creds.get("AWS_ACCESS_KEY_ID"),
+        aws_secret_access_key=creds.get("AWS_SECRET_ACCESS_KEY"),
+        config=Config(
+            connect_timeout=timeout,
+            read_timeout=timeout,
+            retries={"max_attempts": retries, "mode": "standard"},
+            s3={"addressing_style": "path"},
+        ),
+    )
+
+
 # --- S3: moto server -----------------------------------------------------------------
 
 
@@ -206,8 +246,6 @@ class S3Service(Service):
             return False
 
     def check(self, state: ServiceState, timeout: float = 3.0) -> str | None:
-        from memq.devstack.clients import s3_client
-
         try:
             s3_client(state, timeout=timeout).head_bucket(Bucket=state.details["bucket"])
         except Exception as e:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -19,9 +18,21 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from memq.client.profile import (
+    DEFAULT_STATE_DIR,
+    StackProfile,
+    default_state_dir,
+    write_profile,
+)
 from memq.devstack import procs
 from memq.devstack.auditor import auditor_health, start_auditor
-from memq.devstack.brokers import broker_health, dev_broker_config, dev_tls, start_broker
+from memq.devstack.brokers import (
+    DEV_CLUSTER,
+    broker_health,
+    dev_broker_config,
+    dev_tls,
+    start_broker,
+)
 from memq.devstack.services import (
     SERVICES,
     KafkaService,
@@ -29,6 +40,8 @@ from memq.devstack.services import (
     Service,
     ServiceState,
     ZooKeeperService,
+    aws_env,
+    s3_client,
 )
 from memq.errors import DevStackError
 
@@ -42,12 +55,6 @@ __all__ = [
     "ZooKeeperService",
     "default_state_dir",
 ]
-
-DEFAULT_STATE_DIR = ".memq"
-
-
-def default_state_dir() -> Path:
-    return Path(os.environ.get("MEMQ_STATE_DIR", DEFAULT_STATE_DIR))
 
 
 class StackState(BaseModel):
@@ -88,13 +95,9 @@ class StackState(BaseModel):
         return self.zookeeper.endpoint
 
     def s3_client(self, **kw: Any) -> Any:
-        from memq.devstack.clients import s3_client
-
         return s3_client(self.s3, **kw)
 
     def aws_env(self) -> dict[str, str]:
-        from memq.devstack.clients import aws_env
-
         return aws_env(self.s3)
 
 
@@ -171,6 +174,7 @@ class DevStack:
         tmp = self.state_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(state.model_dump(), indent=2) + "\n")
         tmp.replace(self.state_file)
+        write_profile(self.state_dir, client_profile(state))
 
     def up(
         self,
@@ -351,6 +355,7 @@ class DevStack:
                 stopped.append(name)
                 say(f"{name}: stopped" + (" (SIGKILL)" if killed else ""))
             self.state_file.unlink(missing_ok=True)
+            write_profile(self.state_dir, None)
             return stopped
 
     def log_path(self, name: str) -> Path:
@@ -362,6 +367,35 @@ class DevStack:
                 return Path(c["log"])
         known = [*state.services, *(c["name"] for c, _ in _components(state))]
         raise DevStackError(f"no log for {name!r}: known components are {', '.join(known)}")
+
+
+def client_profile(state: StackState) -> StackProfile | None:
+    """How clients reach this stack (``client.json``; see :mod:`memq.client.profile`);
+    None while it runs no broker."""
+    brokers = [b["endpoint"] for b in state.extra.get("brokers", []) if b.get("endpoint")]
+    if not brokers:
+        return None
+    creds = state.aws_env()
+    storage: dict[str, Any] = {
+        "endpoint_url": state.s3_endpoint,
+        "region": state.s3.details.get("region"),
+    }
+    if creds:  # the local S3 server's throwaway keys (an external S3 keeps the usual chain)
+        storage["access_key_id"] = creds["AWS_ACCESS_KEY_ID"]
+        storage["secret_access_key"] = creds["AWS_SECRET_ACCESS_KEY"]
+    tls = state.extra.get("tls") or {}
+    auditor = state.extra.get("auditor") or {}
+    return StackProfile(
+        bootstrap_servers=brokers,
+        cluster=DEV_CLUSTER,
+        bucket=state.bucket,
+        storage={k: v for k, v in storage.items() if v is not None},
+        kafka_bootstrap=state.kafka_bootstrap,
+        auditor_url=auditor.get("url"),
+        auditor_db=auditor.get("db_path"),
+        ssl_ca_location=tls.get("ca_file"),
+        auth_token_file=tls.get("token_file"),
+    )
 
 
 Health = Callable[[dict[str, Any]], tuple[bool, str | None]]

@@ -10,6 +10,7 @@ jittered backoff until ``delivery.timeout.ms``.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import random
 import threading
@@ -19,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from memq.audit.client import ClientAudit
-from memq.client.bootstrap import resolve_bootstrap, with_local_stack_security
+from memq.client.bootstrap import resolve_client
 from memq.errors import ClientClosedError, MemqError, MessageTooLargeError
 from memq.formats.block import BLOCK_HEADER_SIZE, Header
 from memq.producer.accumulator import OpenBlock, SealedBlock, record_size
@@ -79,13 +80,13 @@ class Producer:
             cfg = config.model_copy(update=kwargs) if kwargs else config
         else:
             cfg = ProducerConfig.from_mapping(config, **kwargs)
-        cfg = with_local_stack_security(cfg, uses_local_stack=not cfg.bootstrap_list())
+        cfg, endpoints = resolve_client(cfg, cfg.bootstrap_list())
         self.config = cfg
-        bootstrap = resolve_bootstrap(cfg.bootstrap_list())
+        bootstrap = endpoints.bootstrap
         #: Audit records of acked blocks (audit.enable; on by default on the local stack).
         self._audit = (
             ClientAudit(cfg, cfg.client_id)
-            if cfg.audit_enabled(uses_local_stack=not cfg.bootstrap_list())
+            if cfg.audit_enabled(uses_local_stack=endpoints.local)
             else None
         )
         self._acks_name = {Ack.NONE: "0", Ack.LEADER: "1", Ack.ALL: "all"}[cfg.acks]
@@ -98,6 +99,8 @@ class Producer:
         self._changed = threading.Condition(self._lock)
         self._local = threading.local()
         self._open: set[OpenBlock] = set()
+        #: Sealed blocks not completed yet (close() fails any the sender never finished).
+        self._inflight: set[SealedBlock] = set()
         self._seq: dict[str, int] = {}
         self._limits: dict[str, int] = {}
         self._buffered = 0
@@ -122,21 +125,36 @@ class Producer:
 
     # --- produce ------------------------------------------------------------------------
 
+    def _on_io_thread(self) -> bool:
+        """True inside a delivery callback (they run on the I/O thread), where produce()
+        must never block: what it would wait for is done by this very thread."""
+        return threading.current_thread() is self._thread
+
     def _block_limit(self, topic: str) -> int:
+        """The largest block for ``topic``: batch.size, capped by the topic's limit once its
+        metadata is known (waiting for it up to max.block.ms; never on the I/O thread)."""
         limit = self._limits.get(topic)
-        if limit is None:
-            limit = self.config.batch_size
+        if limit is not None:
+            return limit
+        tmeta = self._sender.meta.cached(topic)
+        if tmeta is None and not self._on_io_thread() and self.config.max_block_ms > 0:
+            fut = asyncio.run_coroutine_threadsafe(self._sender.meta.topic(topic), self._loop)
+            deadline = time.monotonic() + self.config.max_block_ms / 1000
             try:
-                tmeta = asyncio.run_coroutine_threadsafe(
-                    self._sender.meta.topic(topic), self._loop
-                ).result(self.config.max_block_ms / 1000 or None)
-                if tmeta.max_block_bytes:
-                    limit = min(limit, tmeta.max_block_bytes)
+                while not fut.done() and not self._closed and time.monotonic() < deadline:
+                    concurrent.futures.wait([fut], min(0.1, deadline - time.monotonic()))
+                tmeta = fut.result(0) if fut.done() else None
             except MemqError as e:
                 log.debug("no metadata for %s yet (%s): using batch.size", topic, e)
-            except TimeoutError:
-                log.debug("metadata for %s timed out: using batch.size", topic)
-            self._limits[topic] = limit
+            if not fut.done():
+                fut.cancel()
+                log.debug("metadata for %s not known within max.block.ms", topic)
+        if tmeta is None:  # not cached: asked again by the next produce()
+            return self.config.batch_size
+        limit = self.config.batch_size
+        if tmeta.max_block_bytes:
+            limit = min(limit, tmeta.max_block_bytes)
+        self._limits[topic] = limit
         return limit
 
     def produce(
@@ -191,14 +209,20 @@ class Producer:
         if self._buffered + size <= cap or self._buffered == 0:
             self._buffered += size
             return
-        deadline = time.monotonic() + self.config.max_block_ms / 1000
+        # Inside a delivery callback nothing frees buffer space while we wait: don't.
+        block_ms = 0 if self._on_io_thread() else self.config.max_block_ms
+        deadline = time.monotonic() + block_ms / 1000
         while self._buffered + size > cap and self._buffered > 0:
             left = deadline - time.monotonic()
             if left <= 0 or self._closed:
+                if self._closed:
+                    raise ClientClosedError("producer is closed")
                 raise BufferFullError(
                     f"producer buffer full ({self._buffered} of buffer.memory={cap} bytes) for "
-                    f"max.block.ms={self.config.max_block_ms}: the brokers are not keeping up; "
-                    "slow down, raise buffer.memory, or check broker health"
+                    f"max.block.ms={block_ms}"
+                    + (" (produce() in a delivery callback never blocks)" if not block_ms else "")
+                    + ": the brokers are not keeping up; slow down, raise buffer.memory, or "
+                    "check broker health"
                 )
             self._changed.wait(left)
         self._buffered += size
@@ -217,7 +241,9 @@ class Producer:
             self._pending_records += acc.count
             seq = self._seq.get(acc.topic, 0)
             self._seq[acc.topic] = seq + 1
-        self._loop.call_soon_threadsafe(self._sender.spawn, acc.seal(seq))
+            block = acc.seal(seq)
+            self._inflight.add(block)
+        self._loop.call_soon_threadsafe(self._sender.spawn, block)
 
     def _arm_linger(self, acc: OpenBlock) -> None:
         self._loop.call_later(self.config.linger_ms / 1000, self._seal, acc)
@@ -240,6 +266,9 @@ class Producer:
     def _finish(self, block: SealedBlock, error: MemqError | None, meta: dict[str, Any]) -> None:
         o = block.open
         with self._lock:
+            if block not in self._inflight:
+                return  # completed already (close() failed it; the sender finished late)
+            self._inflight.discard(block)
             self._buffered -= o.reserved
             self._pending_records -= o.count
             self._changed.notify_all()
@@ -336,13 +365,20 @@ class Producer:
         }
 
     def close(self, timeout: float | None = 30.0) -> int:
-        """Flush (up to ``timeout``), then stop the I/O thread; returns records left unsent."""
-        if self._closed:
-            return 0
-        left = self.flush(timeout)
-        self._closed = True
+        """Stop taking records, flush (up to ``timeout``), stop the I/O thread.
+
+        Every record produced before close() returns is delivered or failed: those still
+        unacknowledged when the time is up fail with :class:`ClientClosedError` (their
+        futures resolve, their callbacks run). Returns how many records that was.
+        """
+        if self._on_io_thread():
+            raise MemqError("close() cannot be called from a delivery callback")
         with self._lock:
+            if self._closed:
+                return 0
+            self._closed = True  # produce() raises ClientClosedError from now on
             self._changed.notify_all()
+        left = self.flush(timeout)
         try:
             if self._audit_tasks:  # audit records still waiting for their topic's metadata
                 asyncio.run_coroutine_threadsafe(
@@ -352,6 +388,10 @@ class Producer:
         finally:
             self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
+        with self._lock:  # sealed but never sent (the loop stopped first): fail them
+            leftover = list(self._inflight)
+        for block in leftover:
+            self._finish(block, ClientClosedError("producer closed before the block was sent"), {})
         self._encoder.shutdown(wait=False)
         if self._audit is not None:
             self._audit.close()

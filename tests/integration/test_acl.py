@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 
 from memq import Producer
-from memq.broker import BrokerThread
 from memq.client.admin import AdminClient
 from memq.client.bootstrap import fetch_metadata
 from memq.devstack import StackState
 from memq.devstack.procs import wait_for
 from memq.errors import AuthorizationError, InvalidRequestError
+from memq.run.broker import BrokerThread
 from memq.security import ClientSecurity, make_token
 from memq.testing import broker_config
 from tests.integration.helpers import external_stack_env

@@ -16,10 +16,10 @@ import pytest
 from memq import Consumer, Producer
 from memq.audit.config import AuditorConfig
 from memq.audit.emitter import AuditEmitter
-from memq.audit.service import AuditorThread
-from memq.broker import BrokerThread
 from memq.devstack import StackState
 from memq.devstack.procs import free_port, wait_for
+from memq.run.auditor import AuditorThread
+from memq.run.broker import BrokerThread
 from memq.security import AuthConfig, TlsConfig
 from memq.testing import broker_config
 

@@ -18,9 +18,9 @@ import pytest
 
 from memq import Consumer, Producer
 from memq.audit.config import AuditorConfig
-from memq.audit.service import AuditorThread
 from memq.devstack import StackState
 from memq.producer.futures import RecordFuture
+from memq.run.auditor import AuditorThread
 
 CHROMIUM = Path("/usr/bin/chromium")
 LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]

@@ -13,7 +13,6 @@ from collections.abc import Iterator
 import pytest
 
 from memq import Producer
-from memq.broker import BrokerThread
 from memq.client.connection import ClientConnection
 from memq.devstack import StackState
 from memq.devstack.faultproxy import FaultProxy
@@ -36,6 +35,7 @@ from memq.formats import (
     parse_frame,
 )
 from memq.protocol import Ack, encode_write_header
+from memq.run.broker import BrokerThread
 from memq.testing import broker_config
 
 

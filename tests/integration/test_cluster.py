@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 
 from memq import Producer
-from memq.broker import BrokerThread
 from memq.client.admin import AdminClient
 from memq.devstack import StackState
 from memq.devstack.brokers import start_broker
 from memq.devstack.procs import ProcessRef, free_port, is_alive, stop, wait_for
 from memq.devstack.services import ZooKeeperService
+from memq.run.broker import BrokerThread
 from memq.testing import broker_config
 from tests.integration.helpers import read_objects
 
@@ -157,7 +157,7 @@ def test_session_expiry_reregisters_the_broker(
     three: list[BrokerThread], memq_stack: StackState, unique_name: Any
 ) -> None:
     b = three[1]
-    member = b.server.member  # type: ignore[union-attr]
+    member = b.server.view  # type: ignore[union-attr]
     old_session = member.zk.client_id[0]
     registrations = member.registrations
     expire_session(member.zk, memq_stack.zk_connect)

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 from memq import Consumer, Producer
-from memq.broker import BrokerThread
 from memq.devstack import StackState
 from memq.devstack.procs import wait_for
 from memq.errors import CorruptObjectError, ObjectNotFoundError
+from memq.run.broker import BrokerThread
 from memq.testing import broker_config
 
 GROUP = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000, "auto.offset.reset": "earliest"}
@@ -305,7 +305,7 @@ def test_a_failed_fetch_never_swallows_records_already_taken(
             # The deleted object's fetch has failed (its future is done) before the rest
             # of the first object is taken: the order that lost records.
             wait_for(
-                lambda: True if c._queue and c._queue[0].future.done() else None,
+                lambda: True if c._prefetch.head_ready() else None,
                 timeout=30,
                 what="the second object's fetch to fail",
             )

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from memq import BufferFullError, Producer
-from memq.broker import BrokerThread
 from memq.config import S3Config
 from memq.devstack import StackState
 from memq.devstack.faultproxy import FaultProxy
 from memq.formats import encode_batch, encode_block, parse_object_key
+from memq.run.broker import BrokerThread
 from memq.storage_handlers.s3 import S3Writer
 from memq.testing import broker_config
 from tests.integration.helpers import read_objects, wait_for_objects

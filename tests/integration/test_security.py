@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 
 from memq import Consumer, Producer
-from memq.broker import BrokerThread
 from memq.client.connection import ClientConnection
 from memq.devstack import StackState
 from memq.devstack.certs import DevCerts, make_dev_certs
 from memq.errors import AuthenticationError, ConfigError, ConnectionLostError, MemqError
 from memq.formats import RequestType
+from memq.run.broker import BrokerThread
 from memq.security import ClientSecurity, client_context, make_token
 from memq.testing import broker_config
 from tests.integration.helpers import external_stack_env

@@ -158,7 +158,7 @@ def test_records_produced_through_the_broker_are_backfilled_exactly(
 ) -> None:
     """The whole write path (producer -> broker -> S3) feeding Spark: no loss, no duplicates."""
     from memq import Producer
-    from memq.broker import BrokerThread
+    from memq.run.broker import BrokerThread
     from memq.testing import broker_config
 
     cfg = broker_config(

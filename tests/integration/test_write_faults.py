@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from memq import Producer
-from memq.broker import BrokerThread
 from memq.devstack import StackState
 from memq.devstack.faultproxy import FaultProxy
 from memq.devstack.procs import free_port, wait_for
 from memq.devstack.services import KafkaService, ServiceState
 from memq.errors import NotificationError, RequestTimeoutError, StorageError
+from memq.run.broker import BrokerThread
 from memq.testing import broker_config
 from tests.integration.helpers import read_notifications, read_objects
 

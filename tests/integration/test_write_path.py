@@ -7,9 +7,9 @@ from collections import Counter
 import pytest
 
 from memq import Producer
-from memq.broker import BrokerThread
 from memq.devstack import StackState
 from memq.formats import parse_object_key
+from memq.run.broker import BrokerThread
 from memq.testing import broker_config
 from tests.integration.helpers import read_notifications, read_objects, wait_for_objects
 

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from memq.audit.store import AuditStore, Ingest, percentile
+from memq.audit.figures import percentile
+from memq.audit.store import AuditStore, Ingest
 from memq.audit.window import parse_duration_s, parse_since
 from memq.errors import ConfigError, MemqError
 from memq.formats.audit import AuditRecord

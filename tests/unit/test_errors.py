@@ -67,3 +67,16 @@ def test_view_reader_is_a_zero_copy_seekable_body():
     buf = bytearray(3)
     assert r.readinto(buf) == 3 and bytes(buf) == bytes(data[105:108])
     assert r.seek(-1, io.SEEK_END) == len(r) - 1
+
+
+def test_corrupt_object_error_pickles_with_its_bucket_and_key():
+    import pickle
+
+    from memq.errors import CorruptObjectError
+
+    plain = CorruptObjectError("bad notification")
+    assert (plain.key, plain.bucket) == ("", "")
+    e = CorruptObjectError("object k is corrupt", key="k", bucket="b", body=b"x")
+    back = pickle.loads(pickle.dumps(e))
+    assert type(back) is CorruptObjectError and str(back) == str(e)
+    assert (back.key, back.bucket, back.body) == ("k", "b", b"x")

@@ -18,6 +18,7 @@ import yaml
 
 from memq.broker.metrics import BrokerMetrics
 from memq.config import load_broker_config
+from memq.governor.metrics import ClusterMetrics
 from tests.unit.helmkit import CHART, render, validate_strict
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,7 +107,9 @@ def blocks(lang: str) -> list[str]:
 
 def exported_metric_names() -> set[str]:
     names: set[str] = set()
-    for family in BrokerMetrics().registry.collect():
+    registry = BrokerMetrics().registry
+    ClusterMetrics(registry)  # a clustered broker's /metrics has these too
+    for family in registry.collect():
         suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count"]}.get(
             family.type, []
         )

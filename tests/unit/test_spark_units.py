@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from memq.errors import ConfigError, MemqFormatError, ObjectNotFoundError
+from memq.errors import ConfigError, CorruptObjectError, MemqFormatError, ObjectNotFoundError
 from memq.formats import Compression, encode_batch, encode_block
 from memq.spark.decode import ARROW_SCHEMA, decode_object, to_signed
-from memq.spark.errors import CorruptObjectError, MissingObjectError
+from memq.spark.errors import SKIP_HINT, MissingObjectError, corrupt_object
 from memq.spark.listing import ObjectRef, dedup_hedged
 from memq.spark.options import parse_options, parse_time_ms
 from memq.spark.planning import pack_partitions, partition_bytes
@@ -196,14 +196,19 @@ def test_decode_object_rejects_corruption() -> None:
 
 
 def test_errors_name_the_object_and_the_way_out() -> None:
-    e = CorruptObjectError("b", "ab/c/topics/t/dt=2025-11-22/hh=05/x", MemqFormatError("crc"))
-    assert isinstance(e, MemqFormatError)
-    assert "s3://b/ab/c/topics/t/dt=2025-11-22/hh=05/x" in str(e) and "on_corrupt" in str(e)
+    key = "ab/c/topics/t/dt=2025-11-22/hh=05/x"
+    e = corrupt_object("b", key, MemqFormatError("crc"))
+    assert isinstance(e, CorruptObjectError) and isinstance(e, MemqFormatError)
+    assert str(e) == f"corrupt MemQ batch object s3://b/{key}: MemqFormatError: crc; {SKIP_HINT}"
+    assert "on_corrupt" in str(e) and (e.bucket, e.key) == ("b", key)
     m = MissingObjectError("b", "k", ObjectNotFoundError("404"))
     assert isinstance(m, ObjectNotFoundError) and "s3://b/k" in str(m)
     import pickle
 
-    assert str(pickle.loads(pickle.dumps(e))) == str(e)
+    back = pickle.loads(pickle.dumps(e))
+    assert type(back) is CorruptObjectError and str(back) == str(e)
+    assert (back.bucket, back.key) == ("b", key)
+    assert str(pickle.loads(pickle.dumps(m))) == str(m)
 
 
 def test_offsets_round_trip_and_reject_foreign_checkpoints() -> None:

@@ -1,4 +1,9 @@
-"""Running a broker: in the foreground (``memq broker``) or in a background thread (tests)."""
+"""Running a broker: in the foreground (``memq broker``) or in a background thread (tests).
+
+The composition root of a broker: with ``zookeeper`` configured, the server gets a
+:class:`memq.governor.member.ClusterMember` as its cluster view (its metrics on the
+broker's registry); without, it serves standalone.
+"""
 
 from __future__ import annotations
 
@@ -10,12 +15,13 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
 
+from memq.broker.metrics import BrokerMetrics
 from memq.broker.server import BrokerServer
 from memq.config import BrokerConfig
-from memq.devstack.procs import announce_ready
 from memq.errors import MemqError
+from memq.run.ready import announce_ready
 
-__all__ = ["READY_MARKER", "BrokerThread", "run_broker"]
+__all__ = ["READY_MARKER", "BrokerThread", "build_broker", "run_broker"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -24,11 +30,23 @@ T = TypeVar("T")
 READY_MARKER = "memq broker ready"
 
 
+def build_broker(config: BrokerConfig, **server_kwargs: Any) -> BrokerServer:
+    """A broker server wired for its config: clustered through ZooKeeper, or standalone."""
+    metrics = server_kwargs.pop("metrics", None) or BrokerMetrics()
+    cluster = None
+    if config.zookeeper is not None:
+        from memq.governor.member import ClusterMember
+        from memq.governor.metrics import ClusterMetrics
+
+        cluster = ClusterMember(config, ClusterMetrics(metrics.registry))
+    return BrokerServer(config, metrics=metrics, cluster=cluster, **server_kwargs)
+
+
 def run_broker(config: BrokerConfig, ready_file: Path | None = None) -> None:
     """Serve until SIGTERM/SIGINT, then drain: seal, upload, answer everything, return."""
 
     async def main() -> None:
-        server = BrokerServer(config)
+        server = build_broker(config)
         try:
             await server.start()
         except BaseException:
@@ -62,7 +80,7 @@ class BrokerThread:
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
         try:
-            self.server = BrokerServer(self.config, **self._kwargs)
+            self.server = build_broker(self.config, **self._kwargs)
             self.loop.run_until_complete(self.server.start())
         except BaseException as e:
             self._started.set_exception(e)

@@ -1,0 +1,181 @@
+"""Where a consumer continues from: seeks, resets on assignment, and offset-for-time search.
+
+A seek moves a partition's progress to a notification offset, optionally with a
+:class:`~memq.consumer.fetcher.Start` inside that object (a record position or a time
+floor), and moves the Kafka consumer there. Kafka refuses a seek right after an
+assignment, so seeks are kept pending and retried before every poll. A seek of every
+partition asked for before the group has assigned any is a *reset rule*, applied to the
+partitions of the next assignment.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Protocol
+
+from memq.consumer.fetcher import Start
+from memq.errors import MemqError
+from memq.formats.notification import Notification
+
+__all__ = ["Probe", "ResetRule", "SeekSource", "Seeker"]
+
+log = logging.getLogger(__name__)
+
+TP = tuple[str, int]  # (notification topic, partition)
+#: Where a partition starts: notification offset and the position inside that object.
+ResetRule = Callable[[TP], tuple[int, Start | None]]
+
+
+class SeekSource(Protocol):
+    """What seeking needs of the group member (a ``NotificationSource``)."""
+
+    def assignment(self) -> list[TP]: ...
+
+    def seek(self, topic: str, partition: int, offset: int) -> None: ...
+
+
+class Probe(Protocol):
+    """What seeking needs of the group-less reader (a ``NotificationProbe``)."""
+
+    def read(self, topic: str, partition: int, offset: int) -> Notification | None: ...
+
+    def watermarks(self, topic: str, partition: int) -> tuple[int, int]: ...
+
+    def offsets_for_time(
+        self, topic: str, partition: int, ts: int, timeout: float
+    ) -> int | None: ...
+
+
+class Seeker:
+    """Seeks, pending seeks, start positions inside objects, and reset rules.
+
+    ``restart(tp, offset)`` records a partition's new progress, ``drop(parts)`` forgets
+    the objects fetched ahead for ``parts``, ``name(notification_topic)`` is the MemQ
+    topic (for messages). ``source`` and ``probe`` are attached at subscribe().
+    """
+
+    def __init__(
+        self,
+        *,
+        restart: Callable[[TP, int], None],
+        drop: Callable[[set[TP]], None],
+        name: Callable[[str], str],
+    ) -> None:
+        self._restart = restart
+        self._drop = drop
+        self._name = name
+        self.source: SeekSource | None = None
+        self.probe: Probe | None = None
+        self._starts: dict[tuple[TP, int], Start] = {}  # where to start inside an object
+        self._pending: dict[TP, int] = {}  # seeks Kafka has not taken yet
+        #: A start rule (seek_* before assignment) applied when partitions get assigned.
+        self._reset: ResetRule | None = None
+
+    def attach(self, source: SeekSource, probe: Probe) -> None:
+        self.source, self.probe = source, probe
+
+    def take_start(self, tp: TP, offset: int) -> Start | None:
+        """Where to start inside the object at ``offset`` of ``tp`` (asked once, when fetched)."""
+        return self._starts.pop((tp, offset), None)
+
+    def seek(self, tp: TP, offset: int, start: Start | None) -> None:
+        """Continue assigned partition ``tp`` from ``offset`` (inside it from ``start``)."""
+        assert self.source is not None
+        if tp not in self.source.assignment():
+            raise MemqError(
+                f"partition {tp[1]} of {self._name(tp[0])!r} is not assigned to this consumer"
+            )
+        self._drop({tp})
+        self._restart(tp, offset)
+        if start is not None:
+            self._starts[(tp, offset)] = start
+        self._pending[tp] = offset
+        self.apply_pending()
+
+    def apply_pending(self) -> None:
+        """Hand pending seeks to Kafka; those it refuses yet are retried next time."""
+        assert self.source is not None
+        for tp, offset in list(self._pending.items()):
+            try:
+                self.source.seek(tp[0], tp[1], offset)
+            except Exception as e:  # not fetching yet right after assignment: retry next poll
+                log.debug("seek %s to %d deferred: %s", tp, offset, e)
+                continue
+            del self._pending[tp]
+
+    def assigned(self, parts: list[TP]) -> dict[TP, int] | None:
+        """Apply the reset rule (if one waits) to newly assigned ``parts``.
+
+        Returns the offsets to start them from, or None to start from the committed ones.
+        """
+        if self._reset is None:
+            return None
+        offsets: dict[TP, int] = {}
+        for tp in parts:
+            offset, start = self._reset(tp)
+            offsets[tp] = offset
+            self._restart(tp, offset)
+            if start is not None:
+                self._starts[(tp, offset)] = start
+        self._reset = None
+        return offsets
+
+    def reset_all(self, rule: ResetRule) -> None:
+        """Apply ``rule`` to every assigned partition now, or on the next assignment
+        (right after subscribe(), before the group has assigned anything)."""
+        if self.source is None:
+            raise MemqError("subscribe() to a topic before seeking")
+        assigned = self.source.assignment()
+        if not assigned:
+            self._reset = rule
+            return
+        for tp in assigned:
+            self.seek(tp, *rule(tp))
+
+    def to_beginning(self) -> None:
+        assert self.probe is not None
+        probe = self.probe
+        self.reset_all(lambda tp: (probe.watermarks(*tp)[0], None))
+
+    def to_end(self) -> None:
+        assert self.probe is not None
+        probe = self.probe
+        self.reset_all(lambda tp: (probe.watermarks(*tp)[1], None))
+
+    def to_time(self, timestamp_ms: int) -> None:
+        self.reset_all(
+            lambda tp: (self.offset_for_time(tp, timestamp_ms), Start(min_timestamp=timestamp_ms))
+        )
+
+    def offset_for_time(self, tp: TP, ts: int) -> int:
+        """The first offset of ``tp`` whose object reaches ``ts`` (its max timestamp >= ts)."""
+        assert self.source is not None and self.probe is not None
+        low, high = self.probe.watermarks(*tp)
+        hint = self.probe.offsets_for_time(tp[0], tp[1], ts, timeout=10)
+        if (
+            hint is not None
+            and low <= hint <= high
+            and self._is_first_at_or_after(tp, hint, ts, low)
+        ):
+            return hint
+        lo, hi = low, high  # first offset whose object reaches ts (max_timestamp >= ts)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            note = self.probe.read(tp[0], tp[1], mid)
+            if note is not None and note.max_timestamp < ts:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def _is_first_at_or_after(self, tp: TP, offset: int, ts: int, low: int) -> bool:
+        """Whether ``offset`` is where ts begins: the object before it ends before ts."""
+        assert self.probe is not None
+        at = self.probe.read(tp[0], tp[1], offset)
+        if at is not None and at.max_timestamp < ts:
+            return False
+        if offset == low:
+            return True
+        before = self.probe.read(tp[0], tp[1], offset - 1)
+        return before is not None and before.max_timestamp < ts

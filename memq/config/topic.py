@@ -1,0 +1,90 @@
+"""Topic config: storage, notification and batching settings, and ``topic_defaults``."""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from memq.config.base import NAME, FrozenModel, MiB
+from memq.config.storage import StorageConfig
+
+__all__ = ["BatchConfig", "NotificationConfig", "TopicConfig", "TopicSettings"]
+
+
+class NotificationConfig(FrozenModel):
+    """The Kafka topic that receives one pointer per batch object."""
+
+    #: Kafka bootstrap servers (host:port,...).
+    bootstrap_servers: str = Field(min_length=1)
+    #: Notification topic; default ``memq.<cluster>.<topic>.notifications``.
+    topic: str | None = Field(default=None, pattern=NAME)
+    #: Partitions when MemQ creates the topic: the topic's read parallelism.
+    partitions: int = Field(default=8, ge=1, le=10_000)
+    #: Replication factor when MemQ creates the topic (-1: the Kafka cluster default).
+    replication_factor: int = Field(default=-1, ge=-1, le=32)
+    #: Create the notification topic at start if it is missing.
+    create_topic: bool = True
+    #: How long Kafka may take to acknowledge one notification (acks=all) before the batch fails.
+    delivery_timeout_ms: int = Field(default=30_000, ge=1_000)
+    #: Extra librdkafka producer settings (security.protocol, sasl.*, ssl.*, ...).
+    producer: dict[str, str | int | float | bool] = {}
+
+    def topic_for(self, cluster: str, topic: str) -> str:
+        return self.topic or f"memq.{cluster}.{topic}.notifications"
+
+
+class BatchConfig(FrozenModel):
+    """When a topic processor seals its open batch: size, age or block count."""
+
+    #: Seal a batch (one object, one PUT) when it reaches this size.
+    max_bytes: int = Field(default=8 * MiB, ge=1024, le=1024 * MiB, alias="bytes")
+    #: Seal a batch this long after its first block, full or not (the latency bound).
+    ms: int = Field(default=1000, ge=1, le=3_600_000)
+    #: Seal a batch when it holds this many blocks.
+    max_blocks: int = Field(default=4096, ge=1, le=65536)
+
+
+class TopicSettings(FrozenModel):
+    """Everything about a topic except its name (what ``topic_defaults`` provides)."""
+
+    #: Where batch objects go.
+    storage: StorageConfig
+    #: Where their pointers go.
+    notification: NotificationConfig
+    #: When batches are sealed.
+    batch: BatchConfig = BatchConfig()
+    #: Preallocated batch buffers per topic: ``ring_size * batch.bytes`` bounds its memory.
+    ring_size: int = Field(default=4, ge=2, le=1024)
+    #: Largest producer block accepted (defaults to ``batch.bytes``).
+    max_block_bytes: int | None = Field(default=None, ge=1024)
+    #: Expected input rate, used by the governor to size the writer set.
+    expected_mbps: float = Field(default=1.0, gt=0)
+    #: Fewest brokers writing the topic (clustered mode): with 2 or more, producers move to
+    #: another writer at once when one fails instead of waiting for a reassignment.
+    min_writers: int = Field(default=2, ge=1, le=64)
+
+    @model_validator(mode="after")
+    def _block_fits_batch(self) -> TopicSettings:
+        if self.max_block_bytes is not None and self.max_block_bytes > self.batch.max_bytes:
+            raise ValueError(
+                f"max_block_bytes ({self.max_block_bytes}) exceeds batch.bytes "
+                f"({self.batch.max_bytes}): a block must fit in one batch"
+            )
+        return self
+
+    @property
+    def block_limit(self) -> int:
+        return self.max_block_bytes or self.batch.max_bytes
+
+    @property
+    def memory_bytes(self) -> int:
+        return self.ring_size * self.batch.max_bytes
+
+
+class TopicConfig(TopicSettings):
+    """One topic: its name plus everything ``topic_defaults`` can provide."""
+
+    #: Topic name: 1-249 of A-Z a-z 0-9 . _ -
+    name: str = Field(pattern=NAME)
+
+    def notification_topic(self, cluster: str) -> str:
+        return self.notification.topic_for(cluster, self.name)
