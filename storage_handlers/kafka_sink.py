@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +21,9 @@ from memq.formats.notification import Notification, encode_notification
 __all__ = ["KafkaNotificationSink", "NotificationAck", "ensure_topic"]
 
 log = logging.getLogger(__name__)
+
+#: Notifications that may wait for room in the producer's queue before publish fails fast.
+MAX_BACKLOG = 10_000
 
 #: Errors after which an idempotent producer stays stuck even when librdkafka does not
 #: flag them fatal (seen after outages): the sink replaces the producer.
@@ -115,6 +119,8 @@ class KafkaNotificationSink:
         self.producer_resets = 0
         self._producer = self._new_producer()
         self._closed = threading.Event()
+        #: Notifications waiting for room in librdkafka's queue (enqueued by the poll thread).
+        self._backlog: deque[tuple[str, bytes, Any, Future[NotificationAck]]] = deque()
         self._poller = threading.Thread(target=self._poll_loop, name="notify-poll", daemon=True)
         self._poller.start()
 
@@ -167,6 +173,19 @@ class KafkaNotificationSink:
     def _poll_loop(self) -> None:
         while not self._closed.is_set():
             self._producer.poll(0.05)
+            self._drain_backlog()
+
+    def _drain_backlog(self) -> None:
+        """Enqueue notifications that found librdkafka's queue full (poll thread only)."""
+        while self._backlog:
+            topic, payload, delivered, fut = self._backlog[0]
+            try:
+                self._current().produce(topic, value=payload, on_delivery=delivered)
+            except BufferError:
+                return  # still full: try again after the next poll
+            except Exception as e:
+                fut.set_exception(NotificationError(f"cannot enqueue notification: {e}"))
+            self._backlog.popleft()
 
     def publish(self, topic: str, notification: Notification) -> Future[NotificationAck]:
         """Send one notification; the future resolves once Kafka acknowledged it (acks=all)."""
@@ -190,17 +209,26 @@ class KafkaNotificationSink:
             fut.set_exception(NotificationError("notification sink is closed"))
             return fut
         payload = encode_notification(notification)
-        producer = self._current()
-        while True:
-            try:
-                producer.produce(topic, value=payload, on_delivery=delivered)
-                return fut
-            except BufferError:
-                # librdkafka's local queue is full: wait for deliveries to drain it.
-                producer.poll(0.1)
-            except Exception as e:
-                fut.set_exception(NotificationError(f"cannot enqueue notification: {e}"))
-                return fut
+        try:
+            if self._backlog:  # keep the order: behind the ones already waiting
+                raise BufferError
+            self._current().produce(topic, value=payload, on_delivery=delivered)
+        except BufferError:
+            # librdkafka's local queue is full. Never wait here (the caller is the broker's
+            # event loop): the poll thread enqueues it once deliveries made room.
+            if len(self._backlog) >= MAX_BACKLOG:
+                fut.set_exception(
+                    NotificationError(
+                        f"{len(self._backlog)} notifications already wait for room in the "
+                        f"Kafka producer's queue: Kafka at {self.config.bootstrap_servers} "
+                        "does not keep up"
+                    )
+                )
+            else:
+                self._backlog.append((topic, payload, delivered, fut))
+        except Exception as e:
+            fut.set_exception(NotificationError(f"cannot enqueue notification: {e}"))
+        return fut
 
     def flush(self, timeout: float = 30.0) -> int:
         """Wait for outstanding deliveries; returns how many are still pending."""
@@ -208,10 +236,13 @@ class KafkaNotificationSink:
 
     def close(self, timeout: float = 30.0) -> None:
         remaining = self.flush(timeout)
-        if remaining:
-            log.warning("%d notifications still undelivered at close", remaining)
         self._closed.set()
         self._poller.join(timeout=5)
+        while self._backlog:  # never enqueued: their batches fail (and are retried elsewhere)
+            *_, fut = self._backlog.popleft()
+            fut.set_exception(NotificationError("notification sink closed before publishing"))
+        if remaining:
+            log.warning("%d notifications still undelivered at close", remaining)
         close = getattr(self._producer, "close", None)
         if close is not None:  # newer confluent-kafka: release librdkafka threads now
             close()

@@ -5,8 +5,14 @@ preallocated :class:`BatchBuilder`s (``ring_size x batch.bytes`` bounds the topi
 memory). A batch is sealed on size, age or block count; sealed batches upload
 concurrently in a thread pool (never blocking the event loop), then their
 notification is published; only then are ``ack=all`` waiters answered and the buffer
-returned to the ring. When no buffer is free, writers wait (FIFO) up to the
-throttle timeout and then get a retriable THROTTLED error.
+returned to the ring. When no buffer is free, writers wait up to the throttle timeout
+and then get a retriable THROTTLED error; a freed buffer goes to the writer that has
+waited longest (a newcomer never takes a buffer while others queue for one).
+
+The upload task fails closed: whatever goes wrong in it (a typed storage or
+notification error, or an unexpected exception) becomes a typed error for every writer
+waiting on the batch, is counted in ``memq_errors_total``, and the batch's block ids
+leave the dedup window (a retry is stored anew instead of answered "duplicate").
 """
 
 from __future__ import annotations
@@ -62,6 +68,20 @@ class Batch:
     timer: asyncio.TimerHandle | None = None
 
 
+def _typed(e: BaseException, topic: str, batch: str) -> MemqError:
+    """The error an upload's waiters get for ``e``."""
+    if isinstance(e, MemqError):
+        return e
+    if isinstance(e, asyncio.CancelledError):
+        return BrokerShuttingDownError(
+            f"topic {topic!r}: upload of batch {batch} was cancelled (the broker is stopping): "
+            "retry on another broker"
+        )
+    return MemqError(
+        f"topic {topic!r}: batch {batch} failed: internal error {type(e).__name__}: {e}"
+    )
+
+
 class TopicProcessor:
     def __init__(
         self,
@@ -89,7 +109,7 @@ class TopicProcessor:
         self._free: deque[BatchBuilder] = deque(
             BatchBuilder(b.max_bytes, b.max_blocks) for _ in range(config.ring_size)
         )
-        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._waiters: deque[asyncio.Future[BatchBuilder]] = deque()
         self._open: Batch | None = None
         self._seq = 0
         self._uploads: set[asyncio.Task[None]] = set()
@@ -133,10 +153,13 @@ class TopicProcessor:
         while True:
             batch = self._open
             if batch is None:
-                builder = self._free.popleft() if self._free else None
-                if builder is None:
-                    await self._wait_for_buffer(deadline)
-                    continue
+                if self._free and not self._waiters:
+                    builder = self._free.popleft()
+                else:
+                    builder = await self._wait_for_buffer(deadline)
+                    if self._open is not None:  # another writer opened a batch meanwhile
+                        self._release(builder)
+                        continue
                 batch = self._start_batch(builder)
             if not batch.builder.fits(n):
                 if batch.builder.block_count == 0:
@@ -169,21 +192,29 @@ class TopicProcessor:
         if len(self._recent) > DEDUP_WINDOW:
             self._recent.popitem(last=False)
 
-    async def _wait_for_buffer(self, deadline: float) -> None:
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[None] = loop.create_future()
+    async def _wait_for_buffer(self, deadline: float) -> BatchBuilder:
+        """Queue for a buffer; the next one released is handed to the longest waiter."""
+        fut: asyncio.Future[BatchBuilder] = asyncio.get_running_loop().create_future()
         self._waiters.append(fut)
         self.metrics.throttled_waits.labels(self.topic).inc()
         try:
-            await asyncio.wait_for(fut, max(0.0, deadline - time.monotonic()))
-        except TimeoutError:
-            raise ThrottledError(
-                f"topic {self.topic!r} has no free batch buffer (all {self.config.ring_size} "
-                "are uploading): storage is slower than ingest; retry with backoff"
-            ) from None
-        finally:
+            return await asyncio.wait_for(
+                asyncio.shield(fut), max(0.0, deadline - time.monotonic())
+            )
+        except BaseException as e:
             with contextlib.suppress(ValueError):
                 self._waiters.remove(fut)
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                self._release(fut.result())  # handed over just as we gave up: pass it on
+            else:
+                fut.cancel()
+            if isinstance(e, TimeoutError):
+                raise ThrottledError(
+                    f"topic {self.topic!r} has no free batch buffer (all "
+                    f"{self.config.ring_size} are uploading): storage is slower than ingest; "
+                    "retry with backoff"
+                ) from None
+            raise
 
     def _start_batch(self, builder: BatchBuilder) -> Batch:
         loop = asyncio.get_running_loop()
@@ -227,7 +258,7 @@ class TopicProcessor:
                 stored = await loop.run_in_executor(
                     self.executor, self.writer.store, self.topic, bid, created, view
                 )
-            except MemqError as e:
+            except Exception as e:  # the writer's typed errors, or anything unexpected
                 self.metrics.errors.labels("storage").inc()
                 raise StorageError(f"topic {self.topic!r}: batch {bid} not stored: {e}") from e
             self.metrics.upload_seconds.labels(self.topic, self.writer.name).observe(
@@ -253,7 +284,7 @@ class TopicProcessor:
             t0 = time.monotonic()
             try:
                 await asyncio.wrap_future(self.sink.publish(self.notification_topic, note))
-            except MemqError as e:
+            except Exception as e:
                 self.metrics.errors.labels("notification").inc()
                 await self._drop_orphan(stored)
                 raise NotificationError(
@@ -262,13 +293,19 @@ class TopicProcessor:
                 ) from e
             self.metrics.notify_seconds.labels(self.topic).observe(time.monotonic() - t0)
             batch.done.set_result(stored)
-        except MemqError as e:
-            log.error("%s", e)
+        except BaseException as e:  # fail closed: every waiter gets a typed error
+            err = _typed(e, self.topic, bid)
+            if not isinstance(e, MemqError):
+                self.metrics.errors.labels("internal").inc()
+            log.error("%s", err)
             self._forget(batch)
             if batch.ack1_records:
                 self.metrics.lost_unacked.labels(self.topic).inc(batch.ack1_records)
-            batch.done.set_exception(e)
-            batch.done.exception()  # mark retrieved: waiters may all be ack=0/1
+            if not batch.done.done():
+                batch.done.set_exception(err)
+                batch.done.exception()  # mark retrieved: waiters may all be ack=0/1
+            if not isinstance(e, Exception):
+                raise  # cancellation or exit: after the waiters were answered
         finally:
             view.release()
             b.reset()
@@ -289,13 +326,14 @@ class TopicProcessor:
                 del self._recent[bid]
 
     def _release(self, builder: BatchBuilder) -> None:
-        self._free.append(builder)
-        self.metrics.buffers_in_use.labels(self.topic).set(self.config.ring_size - len(self._free))
+        """Hand a free buffer to the longest waiter, else back to the ring."""
         while self._waiters:
             w = self._waiters.popleft()
             if not w.done():
-                w.set_result(None)
-                break
+                w.set_result(builder)
+                return
+        self._free.append(builder)
+        self.metrics.buffers_in_use.labels(self.topic).set(self.config.ring_size - len(self._free))
 
     # --- lifecycle ----------------------------------------------------------------------
 

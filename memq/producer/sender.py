@@ -3,6 +3,17 @@
 Runs on the producer's I/O event loop. Each block is encoded once (off the loop, in
 the encoder pool) and re-sent unchanged on retry, with the same producer id, epoch and
 sequence, so the broker (and every reader) recognises a duplicate.
+
+Retries stick to the writer that may already hold the block: a block whose response was
+lost (timeout, dropped connection) may be in that writer's open or uploading batch, and
+only that writer's dedup window can answer "duplicate" for it. A retry moves to another
+writer only when the first is gone: it refuses connections, no longer writes the topic
+(NOT_WRITER, or absent from fresh metadata), or is shutting down. (A copy stored by a
+writer that then crashed can still be stored again by the next one: consumers drop such
+copies by block id; see docs/guarantees.md.)
+
+Every block ends in exactly one completion: acknowledged, or failed with a typed error,
+whatever the failure (an unexpected exception included).
 """
 
 from __future__ import annotations
@@ -17,6 +28,8 @@ from typing import Any
 
 from memq.client.pool import ConnectionPool, MetadataCache
 from memq.errors import (
+    BrokerShuttingDownError,
+    BrokerUnreachableError,
     ClientClosedError,
     ConnectionLostError,
     MemqError,
@@ -80,6 +93,7 @@ class Sender:
         self._rr = itertools.count()
         self.sent_requests = 0
         self.retries = 0
+        self.internal_errors = 0
 
     def _slot(self, address: str) -> asyncio.Semaphore:
         sem = self._slots.get(address)
@@ -87,8 +101,8 @@ class Sender:
             sem = self._slots[address] = asyncio.Semaphore(self.config.max_in_flight)
         return sem
 
-    async def _target(self, topic: str) -> str:
-        """A writer of ``topic`` (round robin); any known broker when none is known yet."""
+    async def _writers(self, topic: str) -> list[str]:
+        """Addresses of ``topic``'s writers; any known broker when none is known yet."""
         try:
             tmeta = await self.meta.topic(topic)
             writers = [a for w in tmeta.writers if (a := self.meta.address_of(w))]
@@ -99,6 +113,14 @@ class Sender:
             cluster = self.meta.cluster
             writers = [b.address for b in cluster.brokers] if cluster and cluster.brokers else []
             writers = writers or self.meta.bootstrap
+        return writers
+
+    async def _target(self, topic: str, sticky: str | None) -> str:
+        """The writer for the next attempt: ``sticky`` (the previous attempt's, which may
+        hold the block) while it still writes the topic, else the next one round robin."""
+        writers = await self._writers(topic)
+        if sticky is not None and sticky in writers:
+            return sticky
         return writers[next(self._rr) % len(writers)]
 
     def spawn(self, block: SealedBlock) -> None:
@@ -115,6 +137,7 @@ class Sender:
         self.pool.close()
 
     async def send(self, block: SealedBlock) -> None:
+        """Send ``block`` until acknowledged or failed; always completes it exactly once."""
         try:
             await self._send(block)
         except asyncio.CancelledError:
@@ -122,6 +145,17 @@ class Sender:
                 block, ClientClosedError("producer closed before the block was acknowledged"), {}
             )
             raise
+        except Exception as e:  # fail closed: a bug or an unexpected library error
+            log.exception("sending a block of %s failed unexpectedly", block.topic)
+            self.internal_errors += 1
+            self.finish(
+                block,
+                MemqError(
+                    f"block of {block.topic!r} (sequence {block.sequence}) failed: internal "
+                    f"error {type(e).__name__}: {e}"
+                ),
+                {},
+            )
 
     async def _send(self, block: SealedBlock) -> None:
         loop = asyncio.get_running_loop()
@@ -150,11 +184,12 @@ class Sender:
         deadline = start + cfg.delivery_timeout_ms / 1000
         attempt = 0
         causes: dict[str, str] = {}  # distinct error kinds seen, for the final message
+        sticky: str | None = None  # the writer that may hold the block already
         while True:
             attempt += 1
             address = "?"
             try:
-                address = await self._target(block.topic)
+                address = await self._target(block.topic, sticky)
                 conn = await self.pool.get(address)
                 async with self._slot(address):
                     self.sent_requests += 1
@@ -178,6 +213,7 @@ class Sender:
                 return
             except MemqError as e:
                 self._observe_failure(block.topic, address, e)
+                sticky = address if _may_hold(e) else None
                 causes.setdefault(type(e).__name__, str(e))
                 delay = self.policy.delay(attempt)
                 elapsed = time.monotonic() - start
@@ -208,6 +244,7 @@ class Sender:
                 await asyncio.sleep(delay)
 
     def _observe_failure(self, topic: str, address: str, e: MemqError) -> None:
+        """Update connections and metadata after a failed attempt."""
         if isinstance(e, ConnectionLostError):
             self.pool.drop(address)
             self.meta.invalidate(topic)
@@ -219,3 +256,13 @@ class Sender:
                 except MemqError:
                     pass
             self.meta.invalidate(topic)
+
+
+def _may_hold(e: MemqError) -> bool:
+    """Whether the writer that failed this attempt may hold the block, and is still
+    there to say so: the answer was lost, or it failed the batch it was in (its retry is
+    stored anew there); not when it refused the connection, does not write the topic or
+    is shutting down."""
+    return not isinstance(
+        e, NotWriterError | BrokerShuttingDownError | UnknownTopicError | BrokerUnreachableError
+    )

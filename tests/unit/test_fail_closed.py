@@ -1,0 +1,228 @@
+"""Every task boundary fails closed: whatever breaks, every waiter gets a typed error.
+
+These run the real producer and topic processor against nothing (an address that
+refuses connections) or against in-process stand-ins for the object store and the
+notification sink, which only these boundary tests need: the failures they inject (a
+writer raising a bare RuntimeError, a hang) are bugs no real server can be asked for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from memq.broker.metrics import BrokerMetrics
+from memq.broker.processor import TopicProcessor
+from memq.config import TopicConfig
+from memq.errors import (
+    ClientClosedError,
+    MemqError,
+    ThrottledError,
+)
+from memq.formats import Compression, decode_block_header, encode_block
+from memq.producer import BufferFullError, Producer
+from memq.storage_handlers.base import StorageWriter, StoredObject
+
+REFUSED = "127.0.0.1:1"  # nothing listens on port 1: every connection is refused
+
+
+def _topic(**over: Any) -> TopicConfig:
+    data: dict[str, Any] = {
+        "name": "t",
+        "storage": {"type": "devnull"},
+        "notification": {"bootstrap_servers": "127.0.0.1:9"},
+        "batch": {"bytes": 64 * 1024, "ms": 60_000},
+        "ring_size": 2,
+        **over,
+    }
+    return TopicConfig.model_validate(data)
+
+
+class _Writer(StorageWriter):
+    name = "test"
+
+    def __init__(self, fail: BaseException | None = None, gate: threading.Event | None = None):
+        self.fail = fail
+        self.gate = gate
+
+    def store(self, topic: str, batch_id: str, created_ms: int, data: Any) -> StoredObject:
+        if self.gate is not None:
+            self.gate.wait(10)
+        if self.fail is not None:
+            raise self.fail
+        return StoredObject("test", "b", f"k/{batch_id}", len(data))
+
+
+class _Sink:
+    def publish(self, topic: str, notification: Any) -> Future[Any]:
+        f: Future[Any] = Future()
+        f.set_result(None)
+        return f
+
+
+def _processor(writer: StorageWriter, **over: Any) -> TopicProcessor:
+    return TopicProcessor(
+        _topic(**over),
+        cluster="c",
+        broker_id="b1",
+        writer=writer,
+        sink=_Sink(),
+        executor=ThreadPoolExecutor(2),
+        metrics=BrokerMetrics(),
+        throttle_timeout=5.0,
+    )
+
+
+def _block(seq: int, size: int = 100) -> tuple[memoryview, Any]:
+    data = encode_block(
+        [(1, None, b"x" * size, None)],
+        producer_id=7,
+        epoch=0,
+        sequence=seq,
+        compression=Compression.NONE,
+    )
+    return memoryview(data), decode_block_header(data)
+
+
+def test_an_unexpected_writer_exception_fails_the_batch_with_a_typed_error() -> None:
+    async def go() -> None:
+        writer = _Writer(fail=RuntimeError("boom"))
+        proc = _processor(writer, batch={"bytes": 65536, "ms": 60_000, "max_blocks": 1})
+        block, header = _block(1)  # fills the batch: sealed and uploaded at once
+        batch, _, dup = await proc.append(block, header, time.monotonic())
+        assert not dup
+        await asyncio.wait_for(asyncio.wait({batch.done}), 10)
+        err = batch.done.exception()
+        assert isinstance(err, MemqError) and "boom" in str(err)
+        # The block left the dedup window: its retry is stored anew, not "duplicate".
+        writer.fail = None
+        again, _, dup = await proc.append(block, header, time.monotonic())
+        assert not dup and again is not batch
+        assert (await asyncio.wait_for(again.done, 10)).key.startswith("k/")
+        await proc.close()
+
+    asyncio.run(go())
+
+
+def test_a_freed_buffer_goes_to_the_writer_that_waited_longest() -> None:
+    """Ring of 2: both buffers uploading (held by a gate); a queued writer must get the
+    first buffer freed, never a writer that arrives later."""
+
+    async def go() -> None:
+        gate = threading.Event()
+        proc = _processor(_Writer(gate=gate), batch={"bytes": 65536, "ms": 60_000, "max_blocks": 1})
+        order: list[str] = []
+        for seq in (1, 2):  # each fills a batch (count trigger) and seals it
+            block, header = _block(seq)
+            await proc.append(block, header, time.monotonic())
+
+        async def write(name: str, seq: int) -> None:
+            block, header = _block(seq)
+            try:
+                await proc.append(block, header, time.monotonic())
+                order.append(name)
+            except ThrottledError:
+                order.append(f"{name}:throttled")
+
+        first = asyncio.create_task(write("queued", 3))
+        await asyncio.sleep(0)  # `first` queues for a buffer
+        gate.set()  # uploads finish; buffers come back one by one
+        late = asyncio.create_task(write("newcomer", 4))
+        await asyncio.gather(first, late)
+        assert order[0] == "queued" and "queued:throttled" not in order
+        await proc.close()
+
+    asyncio.run(go())
+
+
+class _BrokenExecutor(ThreadPoolExecutor):
+    def submit(self, *_a: Any, **_k: Any) -> Any:
+        raise RuntimeError("encoder pool broken")
+
+
+def test_unexpected_exception_in_the_send_path_fails_the_record() -> None:
+    p = Producer({"bootstrap.servers": REFUSED, "audit.enable": False})
+    try:
+        p._sender.encoder = _BrokenExecutor(1)  # the send task's first step raises
+        fut = p.produce("t", b"v")
+        p.flush(0.1)
+        err = fut.exception(timeout=30)
+        assert isinstance(err, MemqError) and "encoder pool broken" in str(err)
+        assert p._sender.internal_errors == 1
+    finally:
+        p.close(1)
+
+
+def test_close_racing_produce_resolves_every_future() -> None:
+    p = Producer(
+        {"bootstrap.servers": REFUSED, "audit.enable": False, "delivery.timeout.ms": 60_000}
+    )
+    futures: list[Any] = []
+    refused: list[BaseException] = []
+    started = threading.Event()
+
+    def spin() -> None:
+        started.set()
+        for i in range(100_000):
+            try:
+                futures.append(p.produce("t", b"%d" % i))
+            except ClientClosedError as e:
+                refused.append(e)
+                return
+
+    t = threading.Thread(target=spin)
+    t.start()
+    started.wait(10)
+    deadline = time.monotonic() + 30
+    while len(futures) < 10 and time.monotonic() < deadline:
+        time.sleep(0.001)  # polling with a deadline: close once records are in flight
+    p.close(0.2)
+    t.join(30)
+    assert refused, "produce() after close() must raise ClientClosedError"
+    assert futures
+    assert all(f.done() for f in futures), "a record produced before close() never resolved"
+    assert all(isinstance(f.exception(0), MemqError) for f in futures)
+
+
+def test_max_block_ms_zero_never_waits_for_metadata() -> None:
+    p = Producer({"bootstrap.servers": REFUSED, "audit.enable": False, "max.block.ms": 0})
+    done = threading.Event()
+    try:
+        threading.Thread(target=lambda: (p.produce("t", b"v"), done.set()), daemon=True).start()
+        assert done.wait(10), "produce() blocked although max.block.ms=0"
+    finally:
+        p.close(0.1)
+
+
+def test_produce_from_a_delivery_callback_never_freezes_the_io_thread() -> None:
+    p = Producer(
+        {
+            "bootstrap.servers": REFUSED,
+            "audit.enable": False,
+            "buffer.memory": 1 << 20,
+            "batch.size": 1 << 20,
+            "delivery.timeout.ms": 1000,
+        }
+    )
+    outcome: list[BaseException | str] = []
+    fired = threading.Event()
+
+    def again(err: object, _md: object) -> None:
+        # On the I/O thread: metadata for a new topic and buffer space are both things only
+        # this thread could provide, so produce() must not wait for either.
+        try:
+            for i in range(3):
+                p.produce(f"other-{i}", b"x" * 1000)
+            outcome.append("queued")
+        except BufferFullError as e:
+            outcome.append(e)
+        finally:
+            fired.set()
+
+    p.produce("u", b"y", on_delivery=again)
+    assert fired.wait(30), "the delivery callback did not finish: the I/O thread froze"
+    assert outcome and (outcome[0] == "queued" or isinstance(outcome[0], BufferFullError))
+    p.close(1)
