@@ -71,15 +71,22 @@ class BrokerMetrics:
         )
         self.buffers_in_use = Gauge(
             "memq_buffers_in_use",
-            "Batch buffers taken from the topic's ring.",
+            "Batch buffers the topic holds from the broker's pool (open batch + uploads).",
             ["topic"],
             registry=r,
         )
-        self.buffers_total = Gauge(
-            "memq_buffers_total", "Size of the topic's buffer ring.", ["topic"], registry=r
+        self.pool_limit = Gauge(
+            "memq_pool_limit_bytes",
+            "memory_limit_bytes: the batch buffer pool's bound.",
+            registry=r,
         )
-        self.buffer_bytes = Gauge(
-            "memq_buffer_bytes", "Bytes reserved by all batch buffer rings.", registry=r
+        self.pool_allocated = Gauge(
+            "memq_pool_allocated_bytes",
+            "Memory of every batch buffer alive (held by topics, or free for reuse).",
+            registry=r,
+        )
+        self.pool_held = Gauge(
+            "memq_pool_held_bytes", "Memory of the batch buffers topics hold now.", registry=r
         )
         self.errors = Counter(
             "memq_errors",
@@ -97,7 +104,7 @@ class BrokerMetrics:
         self.connections = Gauge("memq_connections", "Open client connections.", registry=r)
         self.throttled_waits = Counter(
             "memq_buffer_waits",
-            "Writes that had to wait for a free batch buffer.",
+            "Writes that had to wait for a batch buffer from the pool.",
             ["topic"],
             registry=r,
         )

@@ -1,13 +1,13 @@
 """Topic processor: appends verified blocks into batches, seals, stores, notifies, acks.
 
-One per topic a broker writes. Batches live in buffers from a fixed ring of
-preallocated :class:`BatchBuilder`s (``ring_size x batch.bytes`` bounds the topic's
-memory). A batch is sealed on size, age or block count; sealed batches upload
-concurrently in a thread pool (never blocking the event loop), then their
-notification is published; only then are ``ack=all`` waiters answered and the buffer
-returned to the ring. When no buffer is free, writers wait up to the throttle timeout
-and then get a retriable THROTTLED error; a freed buffer goes to the writer that has
-waited longest (a newcomer never takes a buffer while others queue for one).
+One per topic a broker writes. A batch lives in a buffer taken from the broker-wide
+:class:`memq.broker.pool.BufferPool` when the batch opens (at most ``ring_size`` per
+topic at once) and given back once it is uploaded, so an idle topic holds no batch
+memory. A batch is sealed on size, age or block count; sealed batches upload
+concurrently in a thread pool (never blocking the event loop), then their notification
+is published; only then are ``ack=all`` waiters answered and the buffer returned. When
+the pool has no buffer for the topic, writers wait (first come, first served) up to the
+throttle timeout and then get a retriable THROTTLED error.
 
 The upload task fails closed: whatever goes wrong in it (a typed storage or
 notification error, or an unexpected exception) becomes a typed error for every writer
@@ -18,15 +18,15 @@ leave the dedup window (a retry is stored anew instead of answered "duplicate").
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from memq.broker.metrics import BrokerMetrics
+from memq.broker.pool import BufferPool
 from memq.config import TopicConfig
 from memq.errors import (
     BrokerShuttingDownError,
@@ -94,6 +94,7 @@ class TopicProcessor:
         executor: Executor,
         metrics: BrokerMetrics,
         throttle_timeout: float,
+        pool: BufferPool,
     ) -> None:
         self.config = config
         self.topic = config.name
@@ -105,25 +106,14 @@ class TopicProcessor:
         self.executor = executor
         self.metrics = metrics
         self.throttle_timeout = throttle_timeout
-        b = config.batch
-        self._free: deque[BatchBuilder] = deque(
-            BatchBuilder(b.max_bytes, b.max_blocks) for _ in range(config.ring_size)
-        )
-        self._waiters: deque[asyncio.Future[BatchBuilder]] = deque()
+        self.pool = pool
         self._open: Batch | None = None
         self._seq = 0
         self._uploads: set[asyncio.Task[None]] = set()
         self._recent: OrderedDict[BlockId, tuple[Batch, int]] = OrderedDict()
         self._closing: type[MemqError] | None = None
-        metrics.buffers_total.labels(self.topic).set(config.ring_size)
         metrics.buffers_in_use.labels(self.topic).set(0)
         metrics.uploads_in_flight.labels(self.topic).set(0)
-
-    @property
-    def memory_bytes(self) -> int:
-        return self.config.ring_size * (
-            self.config.batch.max_bytes + 20 + 36 * self.config.batch.max_blocks
-        )
 
     @property
     def in_flight(self) -> int:
@@ -153,13 +143,10 @@ class TopicProcessor:
         while True:
             batch = self._open
             if batch is None:
-                if self._free and not self._waiters:
-                    builder = self._free.popleft()
-                else:
-                    builder = await self._wait_for_buffer(deadline)
-                    if self._open is not None:  # another writer opened a batch meanwhile
-                        self._release(builder)
-                        continue
+                builder = await self._take_buffer(deadline)
+                if self._open is not None:  # another writer opened a batch meanwhile
+                    self._release(builder)
+                    continue
                 batch = self._start_batch(builder)
             if not batch.builder.fits(n):
                 if batch.builder.block_count == 0:
@@ -192,29 +179,25 @@ class TopicProcessor:
         if len(self._recent) > DEDUP_WINDOW:
             self._recent.popitem(last=False)
 
-    async def _wait_for_buffer(self, deadline: float) -> BatchBuilder:
-        """Queue for a buffer; the next one released is handed to the longest waiter."""
-        fut: asyncio.Future[BatchBuilder] = asyncio.get_running_loop().create_future()
-        self._waiters.append(fut)
-        self.metrics.throttled_waits.labels(self.topic).inc()
+    async def _take_buffer(self, deadline: float) -> BatchBuilder:
+        b = self.config.batch
         try:
-            return await asyncio.wait_for(
-                asyncio.shield(fut), max(0.0, deadline - time.monotonic())
+            builder = await self.pool.acquire(
+                self.topic,
+                b.max_bytes,
+                b.max_blocks,
+                self.config.ring_size,
+                deadline - time.monotonic(),
             )
-        except BaseException as e:
-            with contextlib.suppress(ValueError):
-                self._waiters.remove(fut)
-            if fut.done() and not fut.cancelled() and fut.exception() is None:
-                self._release(fut.result())  # handed over just as we gave up: pass it on
-            else:
-                fut.cancel()
-            if isinstance(e, TimeoutError):
-                raise ThrottledError(
-                    f"topic {self.topic!r} has no free batch buffer (all "
-                    f"{self.config.ring_size} are uploading): storage is slower than ingest; "
-                    "retry with backoff"
-                ) from None
-            raise
+        except TimeoutError:
+            raise ThrottledError(
+                f"topic {self.topic!r}: no free batch buffer in time (the topic holds "
+                f"{self.pool.held(self.topic)} of its {self.config.ring_size}, the broker's "
+                f"pool has {self.pool.free_bytes} of {self.pool.limit} bytes free): storage "
+                "is slower than ingest; retry with backoff"
+            ) from None
+        self.metrics.buffers_in_use.labels(self.topic).set(self.pool.held(self.topic))
+        return builder
 
     def _start_batch(self, builder: BatchBuilder) -> Batch:
         loop = asyncio.get_running_loop()
@@ -222,7 +205,6 @@ class TopicProcessor:
         batch = Batch(builder, self._seq, time.monotonic(), loop.create_future())
         batch.timer = loop.call_later(self.config.batch.ms / 1000, self._seal_if_open, batch, "age")
         self._open = batch
-        self.metrics.buffers_in_use.labels(self.topic).set(self.config.ring_size - len(self._free))
         return batch
 
     def _seal_if_open(self, batch: Batch, trigger: str) -> None:
@@ -308,7 +290,6 @@ class TopicProcessor:
                 raise  # cancellation or exit: after the waiters were answered
         finally:
             view.release()
-            b.reset()
             self._release(b)
 
     async def _drop_orphan(self, stored: StoredObject) -> None:
@@ -326,14 +307,9 @@ class TopicProcessor:
                 del self._recent[bid]
 
     def _release(self, builder: BatchBuilder) -> None:
-        """Hand a free buffer to the longest waiter, else back to the ring."""
-        while self._waiters:
-            w = self._waiters.popleft()
-            if not w.done():
-                w.set_result(builder)
-                return
-        self._free.append(builder)
-        self.metrics.buffers_in_use.labels(self.topic).set(self.config.ring_size - len(self._free))
+        """Give a buffer back to the broker's pool."""
+        self.pool.release(self.topic, builder)
+        self.metrics.buffers_in_use.labels(self.topic).set(self.pool.held(self.topic))
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -346,9 +322,9 @@ class TopicProcessor:
         self._closing = BrokerShuttingDownError if trigger == "shutdown" else NotWriterError
         if self._open is not None:
             self._seal(self._open, trigger)
-        for w in list(self._waiters):
-            if not w.done():
-                w.set_exception(self._closing(f"broker stopped writing topic {self.topic!r}"))
+        self.pool.fail_waiters(
+            self.topic, self._closing(f"broker stopped writing topic {self.topic!r}")
+        )
         if self._uploads:
             _done, pending = await asyncio.wait(set(self._uploads), timeout=timeout)
             if pending:

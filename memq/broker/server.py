@@ -19,6 +19,7 @@ from memq.acl import AclEntry, AclTable, Op
 from memq.broker.cluster import AdminResponse, ClusterView, StandaloneView
 from memq.broker.connection import BrokerConnection
 from memq.broker.metrics import BrokerMetrics
+from memq.broker.pool import BufferPool, buffer_bytes
 from memq.broker.processor import NotificationSink, TopicProcessor
 from memq.config import BrokerConfig, NotificationConfig, TopicConfig
 from memq.errors import (
@@ -79,6 +80,9 @@ class BrokerServer:
         self._writer_factory = writer_factory or (lambda t, c: make_writer(t.storage, c))
         self._sink_factory = sink_factory or _kafka_sink
         self._sinks: dict[tuple[Any, ...], NotificationSink] = {}
+        self._writers: dict[str, StorageWriter] = {}
+        #: Every topic's batch buffers come from here (bounded by memory_limit_bytes).
+        self.pool = BufferPool(config.memory_limit_bytes, self.metrics)
         self._creating: dict[str, asyncio.Future[TopicProcessor]] = {}
         self._server: asyncio.Server | None = None
         self._http: Any = None
@@ -153,16 +157,27 @@ class BrokerServer:
             sink = self._sinks[key] = self._sink_factory(cfg)
         return sink
 
+    def _writer_for(self, cfg: TopicConfig) -> StorageWriter:
+        """The storage writer of ``cfg``: one per distinct storage config, shared by the
+        topics that use it (a boto3 client per topic would cost megabytes each)."""
+        key = cfg.storage.model_dump_json()
+        writer = self._writers.get(key)
+        if writer is None:
+            writer = self._writers[key] = self._writer_factory(cfg, self.config.cluster)
+            if hasattr(writer, "retry_listener"):
+                counter = self.metrics.storage_retries.labels(writer.name)
+                writer.retry_listener = lambda _e: counter.inc()
+        return writer
+
     async def add_topic(self, cfg: TopicConfig) -> TopicProcessor:
         """Start writing a topic (idempotent); ensures its notification topic exists."""
         if cfg.name in self.processors:
             return self.processors[cfg.name]
-        used = sum(p.config.memory_bytes for p in self.processors.values())
-        if used + cfg.memory_bytes > self.config.memory_limit_bytes:
+        need = buffer_bytes(cfg.batch.max_bytes, cfg.batch.max_blocks)
+        if need > self.pool.limit:
             raise InvalidRequestError(
-                f"cannot start topic {cfg.name!r}: its ring ({cfg.memory_bytes} bytes) would take "
-                f"broker memory past memory_limit_bytes ({self.config.memory_limit_bytes}); "
-                "raise the limit, lower ring_size/batch.bytes, or add brokers"
+                f"cannot start topic {cfg.name!r}: one batch buffer ({need} bytes) exceeds "
+                f"memory_limit_bytes ({self.pool.limit}): lower batch.bytes or raise the limit"
             )
         loop = asyncio.get_running_loop()
         sink = self.sink_for(cfg.notification)
@@ -173,10 +188,7 @@ class BrokerServer:
             )
         if cfg.name in self.processors:  # started meanwhile (while we awaited above)
             return self.processors[cfg.name]
-        writer = self._writer_factory(cfg, self.config.cluster)
-        if hasattr(writer, "retry_listener"):
-            counter = self.metrics.storage_retries.labels(writer.name)
-            writer.retry_listener = lambda _e: counter.inc()
+        writer = self._writer_for(cfg)
         proc = TopicProcessor(
             cfg,
             cluster=self.config.cluster,
@@ -186,9 +198,9 @@ class BrokerServer:
             executor=self.executor,
             metrics=self.metrics,
             throttle_timeout=self.config.throttle_timeout_ms / 1000,
+            pool=self.pool,
         )
         self.processors[cfg.name] = proc
-        self.metrics.buffer_bytes.set(sum(p.memory_bytes for p in self.processors.values()))
         log.info(
             "topic %s: writing to %s, notifying %s",
             cfg.name,
@@ -205,8 +217,6 @@ class BrokerServer:
         await proc.close(trigger, timeout=self.config.shutdown_timeout_s)
         if self.processors.get(name) is proc:
             del self.processors[name]
-        proc.writer.close()
-        self.metrics.buffer_bytes.set(sum(p.memory_bytes for p in self.processors.values()))
 
     async def processor_for(self, topic: str) -> TopicProcessor:
         proc = self.processors.get(topic)
@@ -314,8 +324,8 @@ class BrokerServer:
             close = getattr(sink, "close", None)
             if close is not None:
                 await loop.run_in_executor(None, close)
-        for p in self.processors.values():
-            p.writer.close()
+        for w in self._writers.values():
+            w.close()
         # Responses were written by the upload callbacks; closing flushes them first.
         for conn in list(self.connections):
             conn.close()

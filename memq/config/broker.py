@@ -58,7 +58,8 @@ class BrokerConfig(FrozenModel):
     capacity_mbps: float = Field(default=100.0, gt=0)
     #: Largest request accepted; larger frames are refused and the connection closed.
     max_frame_bytes: int = Field(default=16 * MiB, ge=64 * 1024, le=1024 * MiB)
-    #: Broker-wide bound on batch buffer memory (sum of every topic's ring).
+    #: Broker-wide bound on batch buffer memory: every topic's open batches and uploads
+    #: take their buffers from one pool of this size (an idle topic takes none).
     memory_limit_bytes: int = Field(default=1024 * MiB, ge=MiB)
     #: Client connections accepted at once; more are refused.
     max_connections: int = Field(default=1024, ge=1)
@@ -107,13 +108,13 @@ class BrokerConfig(FrozenModel):
                     f"topic {t.name}: max_block_bytes {t.block_limit} does not fit in "
                     f"max_frame_bytes {self.max_frame_bytes}: raise max_frame_bytes or lower it"
                 )
-        need = sum(t.memory_bytes for t in self.topics)
-        if need > self.memory_limit_bytes:
-            raise ValueError(
-                f"topic rings need {need} bytes (ring_size x batch.bytes summed) but "
-                f"memory_limit_bytes is {self.memory_limit_bytes}: raise the limit or "
-                "lower ring_size / batch.bytes"
-            )
+        for t in self.topics:  # each topic needs room for at least one batch buffer
+            if t.batch.max_bytes > self.memory_limit_bytes:
+                raise ValueError(
+                    f"topic {t.name}: batch.bytes {t.batch.max_bytes} exceeds "
+                    f"memory_limit_bytes {self.memory_limit_bytes}: raise the limit or lower "
+                    "batch.bytes"
+                )
         return self
 
     @property

@@ -52,7 +52,8 @@ class TopicSettings(FrozenModel):
     notification: NotificationConfig
     #: When batches are sealed.
     batch: BatchConfig = BatchConfig()
-    #: Preallocated batch buffers per topic: ``ring_size * batch.bytes`` bounds its memory.
+    #: Batch buffers this topic may hold at once from the broker's pool (its open batch
+    #: plus batches uploading): bounds its share, so a hot topic cannot starve the rest.
     ring_size: int = Field(default=4, ge=2, le=1024)
     #: Largest producer block accepted (defaults to ``batch.bytes``).
     max_block_bytes: int | None = Field(default=None, ge=1024)
@@ -77,6 +78,7 @@ class TopicSettings(FrozenModel):
 
     @property
     def memory_bytes(self) -> int:
+        """The most batch memory this topic can hold at once (``ring_size`` buffers)."""
         return self.ring_size * self.batch.max_bytes
 
 

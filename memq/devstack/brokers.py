@@ -45,7 +45,7 @@ def dev_broker_config(
         "port": 0,
         "http_port": 0,
         "auto_create_topics": True,
-        "memory_limit_bytes": 4 << 30,
+        "memory_limit_bytes": 512 << 20,
         "topic_defaults": {
             "storage": {
                 "type": "s3",

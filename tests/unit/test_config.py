@@ -74,7 +74,7 @@ def test_env_overrides_parse_yaml_scalars() -> None:
             "topics listed twice: t",
         ),
         (
-            {"memory_limit_bytes": 16 << 20, "topics": [{"name": "t", **DEFAULTS}]},
+            {"memory_limit_bytes": 4 << 20, "topics": [{"name": "t", **DEFAULTS}]},
             "memory_limit_bytes",
         ),
         (

@@ -15,6 +15,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from memq.broker.metrics import BrokerMetrics
+from memq.broker.pool import BufferPool
 from memq.broker.processor import TopicProcessor
 from memq.config import TopicConfig
 from memq.errors import (
@@ -73,6 +74,7 @@ def _processor(writer: StorageWriter, **over: Any) -> TopicProcessor:
         executor=ThreadPoolExecutor(2),
         metrics=BrokerMetrics(),
         throttle_timeout=5.0,
+        pool=BufferPool(64 << 20),
     )
 
 
@@ -108,8 +110,8 @@ def test_an_unexpected_writer_exception_fails_the_batch_with_a_typed_error() -> 
 
 
 def test_a_freed_buffer_goes_to_the_writer_that_waited_longest() -> None:
-    """Ring of 2: both buffers uploading (held by a gate); a queued writer must get the
-    first buffer freed, never a writer that arrives later."""
+    """ring_size 2: both of the topic's buffers uploading (held by a gate); a queued writer
+    must get the first buffer freed, never a writer that arrives later."""
 
     async def go() -> None:
         gate = threading.Event()

@@ -1,0 +1,133 @@
+"""The broker-wide batch buffer pool: bounded memory, reuse, fairness, per-topic caps."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memq.broker.metrics import BrokerMetrics
+from memq.broker.pool import BufferPool, buffer_bytes
+from memq.errors import BrokerShuttingDownError
+
+CAP, BLOCKS = 64 * 1024, 16
+ONE = buffer_bytes(CAP, BLOCKS)
+
+
+def run(coro):  # type: ignore[no-untyped-def]
+    return asyncio.run(coro)
+
+
+def test_idle_topics_hold_nothing_and_buffers_are_reused() -> None:
+    async def go() -> None:
+        pool = BufferPool(4 * ONE, BrokerMetrics())
+        for i in range(1000):  # a thousand topics, one batch each, one after the other
+            b = await pool.acquire(f"t{i}", CAP, BLOCKS, 4, 1.0)
+            pool.release(f"t{i}", b)
+        assert pool.allocated_bytes == ONE  # one buffer, reused by every topic
+        assert pool.held_bytes == 0 and pool.free_bytes == pool.limit
+
+    run(go())
+
+
+def test_a_topic_at_its_cap_waits_without_holding_up_other_topics() -> None:
+    async def go() -> None:
+        pool = BufferPool(10 * ONE)
+        hot = [await pool.acquire("hot", CAP, BLOCKS, 2, 1.0) for _ in range(2)]
+        blocked = asyncio.create_task(pool.acquire("hot", CAP, BLOCKS, 2, 5.0))
+        await asyncio.sleep(0)
+        assert not blocked.done()  # the hot topic is at its cap of 2
+        other = await pool.acquire("cold", CAP, BLOCKS, 2, 1.0)  # not held up by it
+        pool.release("hot", hot[0])  # the hot topic's own release serves it
+        assert await asyncio.wait_for(blocked, 1.0) is hot[0]
+        pool.release("cold", other)
+
+    run(go())
+
+
+def test_waiters_are_served_first_come_first_served_across_topics() -> None:
+    async def go() -> None:
+        pool = BufferPool(2 * ONE)
+        held = [await pool.acquire("a", CAP, BLOCKS, 4, 1.0) for _ in range(2)]
+        order: list[str] = []
+
+        async def want(topic: str) -> None:
+            b = await pool.acquire(topic, CAP, BLOCKS, 4, 5.0)
+            order.append(topic)
+            pool.release(topic, b)
+
+        waiting = [asyncio.create_task(want(t)) for t in ("b", "c", "d")]
+        await asyncio.sleep(0)
+        late = pool.acquire("e", CAP, BLOCKS, 4, 0.0)  # a newcomer while others queue
+        with pytest.raises(TimeoutError):
+            await late
+        for b in held:
+            pool.release("a", b)
+        await asyncio.gather(*waiting)
+        assert order == ["b", "c", "d"]
+
+    run(go())
+
+
+def test_memory_of_free_buffers_of_another_shape_is_reclaimed() -> None:
+    async def go() -> None:
+        pool = BufferPool(3 * ONE)
+        small = [await pool.acquire(f"s{i}", CAP, BLOCKS, 4, 1.0) for i in range(3)]
+        for i, b in enumerate(small):
+            pool.release(f"s{i}", b)
+        big = await pool.acquire("big", 2 * CAP, BLOCKS, 4, 1.0)  # needs two small ones' room
+        assert big.capacity == 2 * CAP
+        assert pool.allocated_bytes <= pool.limit
+
+    run(go())
+
+
+def test_closing_a_topic_fails_its_waiters_with_the_given_error() -> None:
+    async def go() -> None:
+        pool = BufferPool(ONE)
+        held = await pool.acquire("t", CAP, BLOCKS, 4, 1.0)
+        waiter = asyncio.create_task(pool.acquire("t", CAP, BLOCKS, 4, 5.0))
+        await asyncio.sleep(0)
+        pool.fail_waiters("t", BrokerShuttingDownError("stopping"))
+        with pytest.raises(BrokerShuttingDownError):
+            await waiter
+        pool.release("t", held)
+        assert pool.waiting == 0
+
+    run(go())
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 5), st.sampled_from([CAP, 2 * CAP]), st.booleans()),
+        min_size=1,
+        max_size=60,
+    )
+)
+def test_allocated_memory_never_exceeds_the_limit(ops: list[tuple[int, int, bool]]) -> None:
+    """Random acquires (with timeouts) and releases over six topics of two shapes."""
+
+    async def go() -> None:
+        pool = BufferPool(5 * ONE)
+        held: dict[str, list[object]] = {}
+        for topic_no, cap, release in ops:
+            topic = f"t{topic_no}"
+            if release and held.get(topic):
+                pool.release(topic, held[topic].pop())  # type: ignore[arg-type]
+            else:
+                try:
+                    b = await pool.acquire(topic, cap, BLOCKS, 3, 0.0)
+                    held.setdefault(topic, []).append(b)
+                except TimeoutError:
+                    pass
+            assert pool.allocated_bytes <= pool.limit
+            assert all(pool.held(t) == len(bs) <= 3 for t, bs in held.items())
+        for topic, bs in held.items():
+            for b in bs:
+                pool.release(topic, b)  # type: ignore[arg-type]
+        assert pool.held_bytes == 0
+
+    run(go())
