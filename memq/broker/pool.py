@@ -2,9 +2,13 @@
 
 Every topic processor takes the buffer for its next batch from this pool when it opens
 the batch and gives it back once the batch is uploaded (or failed), so an idle topic
-holds no batch memory, however many topics a broker serves. Buffers are reused: a free
-buffer of the same shape (``batch.bytes``, ``batch.max_blocks``) is handed out again
-without allocating; a free buffer of another shape is dropped when its memory is needed.
+holds no batch memory, however many topics a broker serves. A batch starts in a small
+buffer and moves up through size classes (64 KiB, 512 KiB, 4 MiB, ... up to its topic's
+``batch.bytes``) as blocks arrive, so a trickle topic's open batch costs kilobytes, not
+``batch.bytes``; moving copies the blocks once per class (per batch, never per record).
+When the pool cannot give the next class at once, the batch is sealed as it is instead
+of waiting. Buffers are reused: a free buffer of the same shape is handed out again
+without allocating; free buffers of other shapes are dropped when their memory is needed.
 
 Fairness:
 
@@ -30,9 +34,26 @@ from memq.broker.metrics import BrokerMetrics
 from memq.errors import MemqError
 from memq.formats.batch import BatchBuilder, batch_header_size
 
-__all__ = ["BufferPool", "buffer_bytes"]
+__all__ = ["SMALLEST_CLASS", "BufferPool", "buffer_bytes", "size_classes"]
 
 Shape = tuple[int, int]  # (capacity, max_blocks)
+
+#: The first buffer of every batch; each next class is 8 times larger.
+SMALLEST_CLASS = 64 * 1024
+#: Fewest bytes a block takes (its 56-byte header and a record): bounds blocks per class.
+_MIN_BLOCK = 64
+
+
+def size_classes(batch_bytes: int, max_blocks: int) -> list[Shape]:
+    """The buffer shapes a batch of a topic moves through, smallest first; the last is
+    the topic's full ``batch.bytes`` and ``batch.max_blocks``."""
+    shapes: list[Shape] = []
+    cap = SMALLEST_CLASS
+    while cap < batch_bytes:
+        shapes.append((cap, min(max_blocks, max(1, cap // _MIN_BLOCK))))
+        cap *= 8
+    shapes.append((batch_bytes, max_blocks))
+    return shapes
 
 
 def buffer_bytes(capacity: int, max_blocks: int) -> int:
@@ -119,6 +140,20 @@ class BufferPool:
             self._dispatch()  # a capped head left the queue: others may go now
             raise
 
+    def grow(self, topic: str, builder: BatchBuilder, shape: Shape) -> BatchBuilder | None:
+        """Move ``topic``'s open batch from ``builder`` into a buffer of ``shape`` (the next
+        size class) and take the old one back; None (nothing moved) when the pool has no
+        room for it right now: the caller then seals the batch as it is."""
+        if self._waiters:  # others queue for memory: do not take more than we hold
+            return None
+        bigger = self._take(shape)
+        if bigger is None:
+            return None
+        builder.move_to(bigger)
+        self._free.setdefault((builder.capacity, builder.max_blocks), []).append(builder)
+        self._dispatch()
+        return bigger
+
     def release(self, topic: str, builder: BatchBuilder) -> None:
         """Give a buffer back (its batch is stored or failed); serves the queue."""
         left = self._held.get(topic, 0) - 1
@@ -144,20 +179,26 @@ class BufferPool:
     def _grant(self, topic: str, shape: Shape, max_held: int) -> BatchBuilder | None:
         if self._held.get(topic, 0) >= max_held:
             return None
-        free = self._free.get(shape)
-        if free:
-            builder = free.pop()
-        else:
-            need = buffer_bytes(*shape)
-            if self._allocated + need > self.limit:
-                self._drop_free(self._allocated + need - self.limit)
-            if self._allocated + need > self.limit:
-                return None
-            builder = BatchBuilder(*shape)
-            self._allocated += need
+        builder = self._take(shape)
+        if builder is None:
+            return None
         self._held[topic] = self._held.get(topic, 0) + 1
         self._observe()
         return builder
+
+    def _take(self, shape: Shape) -> BatchBuilder | None:
+        """A free buffer of ``shape``, or a new one if memory allows (dropping free
+        buffers of other shapes to make room); None when the limit does not allow it."""
+        free = self._free.get(shape)
+        if free:
+            return free.pop()
+        need = buffer_bytes(*shape)
+        if self._allocated + need > self.limit:
+            self._drop_free(self._allocated + need - self.limit)
+        if self._allocated + need > self.limit:
+            return None
+        self._allocated += need
+        return BatchBuilder(*shape)
 
     def _drop_free(self, nbytes: int) -> None:
         """Drop free buffers (of any shape) until ``nbytes`` are released or none is left."""

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from memq.broker.metrics import BrokerMetrics
-from memq.broker.pool import BufferPool
+from memq.broker.pool import BufferPool, size_classes
 from memq.config import TopicConfig
 from memq.errors import (
     BrokerShuttingDownError,
@@ -107,6 +107,8 @@ class TopicProcessor:
         self.metrics = metrics
         self.throttle_timeout = throttle_timeout
         self.pool = pool
+        #: Buffer shapes a batch moves through as it grows (the last: batch.bytes).
+        self._classes = size_classes(config.batch.max_bytes, config.batch.max_blocks)
         self._open: Batch | None = None
         self._seq = 0
         self._uploads: set[asyncio.Task[None]] = set()
@@ -143,20 +145,26 @@ class TopicProcessor:
         while True:
             batch = self._open
             if batch is None:
-                builder = await self._take_buffer(deadline)
+                builder = await self._take_buffer(deadline, self._class_for(n, 1))
                 if self._open is not None:  # another writer opened a batch meanwhile
                     self._release(builder)
                     continue
                 batch = self._start_batch(builder)
             if not batch.builder.fits(n):
-                if batch.builder.block_count == 0:
+                b = batch.builder
+                shape = self._class_for(b.size + n, b.block_count + 1)
+                if shape is not None and shape[0] > b.capacity:
+                    bigger = self.pool.grow(self.topic, b, shape)
+                    if bigger is not None:  # the batch moved up a size class
+                        batch.builder = bigger
+                        continue
+                    self._seal(batch, "memory")  # no room to grow now: upload it as it is
+                    continue
+                if b.block_count == 0:
                     raise MessageTooLargeError(
                         f"block of {n} bytes does not fit an empty batch of topic {self.topic!r}"
                     )
-                self._seal(
-                    batch,
-                    "size" if batch.builder.block_count < batch.builder.max_blocks else "count",
-                )
+                self._seal(batch, "size" if shape is None else "count")
                 continue
             index = batch.builder.append(block, header)
             batch.block_ids.append(bid)
@@ -167,9 +175,16 @@ class TopicProcessor:
             b = batch.builder
             if b.size >= self.config.batch.max_bytes:
                 self._seal(batch, "size")
-            elif b.block_count >= b.max_blocks:
+            elif b.block_count >= self.config.batch.max_blocks:
                 self._seal(batch, "count")
             return batch, index, False
+
+    def _class_for(self, nbytes: int, blocks: int) -> tuple[int, int] | None:
+        """The smallest buffer class holding ``nbytes`` in ``blocks`` blocks (None: none)."""
+        for shape in self._classes:
+            if shape[0] >= nbytes and shape[1] >= blocks:
+                return shape
+        return None
 
     def note_ack1(self, batch: Batch, records: int) -> None:
         batch.ack1_records += records
@@ -179,15 +194,11 @@ class TopicProcessor:
         if len(self._recent) > DEDUP_WINDOW:
             self._recent.popitem(last=False)
 
-    async def _take_buffer(self, deadline: float) -> BatchBuilder:
-        b = self.config.batch
+    async def _take_buffer(self, deadline: float, shape: tuple[int, int] | None) -> BatchBuilder:
+        cap, blocks = shape or self._classes[-1]  # a block larger than the batch: refused later
         try:
             builder = await self.pool.acquire(
-                self.topic,
-                b.max_bytes,
-                b.max_blocks,
-                self.config.ring_size,
-                deadline - time.monotonic(),
+                self.topic, cap, blocks, self.config.ring_size, deadline - time.monotonic()
             )
         except TimeoutError:
             raise ThrottledError(

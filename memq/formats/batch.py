@@ -341,6 +341,19 @@ class BatchBuilder:
         self._headers.append(header)
         return len(self._headers) - 1
 
+    def move_to(self, other: BatchBuilder) -> None:
+        """Copy this open batch's blocks into the empty, larger ``other`` (a buffer of a
+        bigger size class: batches start small and grow), leaving this one empty."""
+        n = self.size
+        if self._sealed or other._headers or other.capacity < n:
+            raise MalformedError("can only move an open batch into a larger, empty buffer")
+        if other.max_blocks < len(self._headers):
+            raise MalformedError("the target buffer indexes fewer blocks than the batch has")
+        other._buf[other._reserve : other._reserve + n] = self._buf[self._reserve : self._end]
+        other._end = other._reserve + n
+        other._headers = self._headers
+        self.reset()
+
     def seal(self) -> memoryview:
         """Write the header and return the finished object (valid until :meth:`reset`)."""
         if not self._headers:

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memq.broker.metrics import BrokerMetrics
-from memq.broker.pool import BufferPool, buffer_bytes
+from memq.broker.pool import BufferPool, buffer_bytes, size_classes
 from memq.errors import BrokerShuttingDownError
 
 CAP, BLOCKS = 64 * 1024, 16
@@ -128,6 +128,91 @@ def test_allocated_memory_never_exceeds_the_limit(ops: list[tuple[int, int, bool
         for topic, bs in held.items():
             for b in bs:
                 pool.release(topic, b)  # type: ignore[arg-type]
+        assert pool.held_bytes == 0
+
+    run(go())
+
+
+def test_size_classes_climb_by_eight_to_the_batch_size() -> None:
+    assert size_classes(8 << 20, 4096) == [
+        (64 << 10, 1024),
+        (512 << 10, 4096),
+        (4 << 20, 4096),
+        (8 << 20, 4096),
+    ]
+    assert size_classes(32 << 10, 16) == [(32 << 10, 16)]
+
+
+def test_a_growing_batch_moves_up_the_classes_and_stores_the_exact_object() -> None:
+    """Blocks appended one by one through every size class end up byte-identical to a
+    batch encoded in one go; the trickle topics meanwhile hold only small buffers."""
+    import time
+    from concurrent.futures import Future, ThreadPoolExecutor
+
+    from memq.broker.processor import TopicProcessor
+    from memq.config import TopicConfig
+    from memq.formats import Compression, decode_block_header, encode_batch, encode_block
+    from memq.storage_handlers.base import StorageWriter, StoredObject
+
+    stored: list[bytes] = []
+
+    class Keep(StorageWriter):
+        name = "keep"
+
+        def store(self, topic: str, batch_id: str, created_ms: int, data: object) -> StoredObject:
+            stored.append(bytes(data))  # type: ignore[call-overload]
+            return StoredObject("keep", "b", batch_id, len(stored[-1]))
+
+    class Sink:
+        def publish(self, topic: str, notification: object) -> Future[object]:
+            f: Future[object] = Future()
+            f.set_result(None)
+            return f
+
+    async def go() -> None:
+        pool = BufferPool(256 << 20)
+
+        def processor(name: str) -> TopicProcessor:
+            cfg = TopicConfig.model_validate(
+                {
+                    "name": name,
+                    "storage": {"type": "devnull"},
+                    "notification": {"bootstrap_servers": "127.0.0.1:9"},
+                    "batch": {"bytes": 8 << 20, "ms": 60_000},
+                }
+            )
+            return TopicProcessor(
+                cfg, cluster="c", broker_id="b", writer=Keep(), sink=Sink(),
+                executor=ThreadPoolExecutor(1), metrics=BrokerMetrics(),
+                throttle_timeout=5.0, pool=pool,
+            )  # fmt: skip
+
+        trickle = [processor(f"small-{i}") for i in range(200)]
+        one = encode_block([(1, None, b"x" * 100, None)], producer_id=1, epoch=0, sequence=0,
+                           compression=Compression.NONE)  # fmt: skip
+        for i, p in enumerate(trickle):
+            await p.append(memoryview(one), decode_block_header(one), time.monotonic())
+            assert pool.held(f"small-{i}") == 1
+        assert pool.allocated_bytes == 200 * buffer_bytes(*size_classes(8 << 20, 4096)[0])
+
+        big = processor("big")
+        blocks = [
+            encode_block(
+                [(i, None, bytes([i % 251]) * 30_000, None)],
+                producer_id=2,
+                epoch=0,
+                sequence=i,
+                compression=Compression.NONE,
+            )
+            for i in range(200)
+        ]
+        for b in blocks:
+            batch, _, _ = await big.append(memoryview(b), decode_block_header(b), time.monotonic())
+        assert batch.builder.capacity == 8 << 20  # climbed to the last class
+        await big.close()
+        assert stored == [encode_batch(blocks)]
+        for p in trickle:
+            await p.close()
         assert pool.held_bytes == 0
 
     run(go())
