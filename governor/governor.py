@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from memq.governor.assignment import BrokerSpec, TopicSpec, assign
+from memq.governor.assignment import ALGORITHMS, BrokerSpec, TopicSpec
 from memq.governor.zk import (
     AssignmentRecord,
     BrokerRecord,
@@ -27,7 +27,37 @@ from memq.governor.zk import (
     read_json,
 )
 
-__all__ = ["Governor"]
+__all__ = ["MEASURED_HEADROOM", "REPORT_FRESH_MS", "Governor", "measured_mbps"]
+
+#: Plan a measured topic for this much more than it carries (room to grow between looks).
+MEASURED_HEADROOM = 1.25
+#: A broker's load report counts for this long (brokers report every 10 s).
+REPORT_FRESH_MS = 60_000
+
+
+def measured_mbps(
+    topic: str, writers: list[str], records: list[BrokerRecord], now: int
+) -> float | None:
+    """The topic's ingest as its current writers measured it (MB/s, summed), or None
+    when any of them has no fresh report (then the declared expected_mbps is used)."""
+    if not writers:
+        return None
+    by_id = {r.id: r for r in records}
+    total = 0.0
+    for w in writers:
+        r = by_id.get(w)
+        if r is None or now - r.reported_at > REPORT_FRESH_MS or topic not in r.topic_mbps:
+            return None
+        total += r.topic_mbps[topic]
+    return total
+
+
+def _close(a: dict[str, float], b: dict[str, float]) -> bool:
+    """Loads equal within 10% (measured loads move a little all the time: no rewrite)."""
+    if a.keys() != b.keys():
+        return False
+    return all(abs(a[k] - b[k]) <= 0.1 * max(abs(a[k]), abs(b[k]), 0.01) for k in a)
+
 
 log = logging.getLogger(__name__)
 
@@ -41,12 +71,16 @@ class Governor:
         *,
         resync_s: float = 30.0,
         on_leadership: Callable[[bool], None] | None = None,
+        algorithm: str = "weighted-rendezvous",
     ) -> None:
         self.zk = zk
         self.layout = layout
         self.broker_id = broker_id
         self.resync_s = resync_s
         self.on_leadership = on_leadership
+        if algorithm not in ALGORITHMS:
+            raise ValueError(f"unknown assignment algorithm {algorithm!r}: {sorted(ALGORITHMS)}")
+        self.algorithm = algorithm
         self.leading = False
         self.recomputes = 0
         self._term: object | None = None
@@ -157,26 +191,38 @@ class Governor:
         from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
         self.recomputes += 1
-        brokers = []
+        records = []
         for bid in self.zk.get_children(self.layout.brokers):
             data, _ = read_json(self.zk, self.layout.broker(bid))
             if data:
-                rec = BrokerRecord.model_validate(data)
-                brokers.append(BrokerSpec(rec.id, rec.capacity_mbps, rec.rack))
-        topics = []
-        for name in self.zk.get_children(self.layout.topics):
-            data, _ = read_json(self.zk, self.layout.topic(name))
-            if data:
-                topics.append(
-                    TopicSpec(
-                        name,
-                        float(data.get("expected_mbps", 1.0)),
-                        int(data.get("min_writers", 1)),
-                    )
-                )
+                records.append(BrokerRecord.model_validate(data))
+        brokers = [
+            BrokerSpec(r.id, r.capacity_mbps, r.rack, float(r.pool_limit_bytes or float("inf")))
+            for r in records
+        ]
         raw, stat = read_json(self.zk, self.layout.assignments)
         current = AssignmentRecord.model_validate(raw or {})
-        result = assign(topics, brokers, {t: tuple(w) for t, w in current.writers.items()})
+        topics = []
+        measured_topics: list[str] = []
+        for name in self.zk.get_children(self.layout.topics):
+            data, _ = read_json(self.zk, self.layout.topic(name))
+            if not data:
+                continue
+            declared = float(data.get("expected_mbps", 1.0))
+            rate = measured_mbps(name, current.writers.get(name, []), records, now_ms())
+            if rate is not None:
+                measured_topics.append(name)
+            topics.append(
+                TopicSpec(
+                    name,
+                    declared if rate is None else max(rate * MEASURED_HEADROOM, 0.001),
+                    int(data.get("min_writers", 1)),
+                    int((data.get("batch") or {}).get("bytes", 8 << 20)),
+                    int(data.get("ring_size", 4)),
+                )
+            )
+        algorithm = ALGORITHMS[self.algorithm]
+        result = algorithm(topics, brokers, {t: tuple(w) for t, w in current.writers.items()})
         new = AssignmentRecord(
             version=current.version + 1,
             governor=self.broker_id,
@@ -184,12 +230,16 @@ class Governor:
             writers={t: list(w) for t, w in result.writers.items()},
             shortfall=result.shortfall,
             load=result.load,
+            unplaced=result.unplaced,
+            memory=result.memory,
+            planned_mbps={t.name: round(t.expected_mbps, 3) for t in topics},
+            measured=sorted(measured_topics),
         )
-        same = (new.writers, new.shortfall, new.load) == (
+        same = (new.writers, new.shortfall, new.unplaced) == (
             current.writers,
             current.shortfall,
-            current.load,
-        )
+            current.unplaced,
+        ) and _close(new.load, current.load)
         if same and current.governor == self.broker_id:
             return False
         try:
@@ -202,6 +252,10 @@ class Governor:
             self._changed.set()
             return False
         if result.shortfall:
-            log.warning("cluster lacks capacity: shortfall (MB/s) %s", result.shortfall)
+            log.warning(
+                "cluster lacks capacity or memory: shortfall (MB/s) %s, writers unplaced %s",
+                result.shortfall,
+                result.unplaced,
+            )
         log.info("assignment v%d: %s", new.version, new.writers)
         return True

@@ -84,6 +84,9 @@ class ClusterMember:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._zk: ZkClient | None = None
         self._governor: Governor | None = None
+        self._started_at = now_ms()
+        self._stop_reports = threading.Event()
+        self._reporter: threading.Thread | None = None
         self._brokers: dict[str, BrokerRecord] = {}
         self._topics: dict[str, TopicConfig] = {}
         self._assignment = AssignmentRecord()
@@ -137,6 +140,7 @@ class ClusterMember:
             self.layout,
             self.broker_id,
             on_leadership=lambda leading: metrics.governor_leader.set(1 if leading else 0),
+            algorithm=self.zk_config.assignment,
         )
         for path in (self.layout.brokers, self.layout.topics, self.layout.election):
             self.zk.ensure_path(path)
@@ -147,12 +151,38 @@ class ClusterMember:
         self.zk.DataWatch(self.layout.assignments, self._assignment_changed)
         watch_acls(self.zk, self.layout.root, self._acls_changed)
         self.governor.start()
+        self._reporter = threading.Thread(
+            target=self._report_loop, name="memq-load-report", daemon=True
+        )
+        self._reporter.start()
+
+    def _report_loop(self) -> None:
+        """Publish measured per-topic ingest and free pool memory in this broker's node
+        every ``load_report_ms`` (the governor plans with them on its next look)."""
+        interval = self.zk_config.load_report_ms / 1000
+        while not self._stop_reports.wait(interval):
+            try:
+                self._publish_record()
+            except Exception as e:  # a disconnection: the next round tries again
+                log.debug("load report not published: %s", e)
+
+    def _publish_record(self) -> None:
+        from kazoo.protocol.states import KazooState
+
+        if self._stopping or self.zk.state != KazooState.CONNECTED:
+            return
+        path = self.layout.broker(self.broker_id)
+        _, stat = self.zk.get(path)
+        if stat.ephemeralOwner != self.zk.client_id[0]:
+            return  # not ours (a re-registration is under way)
+        self.zk.set(path, dumps(self.record()), version=stat.version)
 
     def _acls_changed(self, entries: list[AclEntry]) -> None:
         self.host.set_acls(entries)
 
     def record(self) -> BrokerRecord:
         info = self.host.info
+        load = self.host.load_report()
         return BrokerRecord(
             id=self.broker_id,
             host=info.host,
@@ -160,7 +190,11 @@ class ClusterMember:
             http_port=info.http_port,
             capacity_mbps=self.config.capacity_mbps,
             rack=info.rack,
-            started_at=now_ms(),
+            started_at=self._started_at,
+            topic_mbps=load.topic_mbps,
+            pool_limit_bytes=load.pool_limit_bytes,
+            pool_free_bytes=load.pool_free_bytes,
+            reported_at=now_ms(),
         )
 
     def register(self) -> None:
@@ -228,6 +262,7 @@ class ClusterMember:
                 log.debug("deregistering: %s", e)
         else:
             log.warning("ZooKeeper is %s: leaving without deregistering", self.zk.state)
+        self._stop_reports.set()
         self.governor.stop()
         self.zk.remove_listener(self._on_state)
         self.zk.stop()
@@ -301,6 +336,10 @@ class ClusterMember:
             m.shortfall.labels(topic).set(0)
         for topic, mbps in rec.shortfall.items():
             m.shortfall.labels(topic).set(mbps)
+        for topic in set(previous.unplaced) - set(rec.unplaced):
+            m.unplaced.labels(topic).set(0)
+        for topic, n in rec.unplaced.items():
+            m.unplaced.labels(topic).set(n)
         self._apply()
         return not self._stopping
 
@@ -453,6 +492,7 @@ class ClusterMember:
                 {
                     **b.model_dump(),
                     "load_mbps": a.load.get(b.id, 0.0),
+                    "planned_memory_bytes": a.memory.get(b.id, 0),
                     "topics": sorted(t for t, ws in a.writers.items() if b.id in ws),
                 }
                 for b in sorted(brokers.values(), key=lambda b: b.id)
@@ -463,6 +503,9 @@ class ClusterMember:
                     "expected_mbps": c.expected_mbps,
                     "min_writers": c.min_writers,
                     "shortfall_mbps": a.shortfall.get(t, 0.0),
+                    "unplaced_writers": a.unplaced.get(t, 0),
+                    "planned_mbps": a.planned_mbps.get(t),
+                    "load_source": "measured" if t in a.measured else "declared",
                 }
                 for t, c in sorted(topics.items())
             },
@@ -470,6 +513,8 @@ class ClusterMember:
             "used_mbps": round(used, 3),
             "free_mbps": round(cap - used, 3),
             "shortfall": a.shortfall,
+            "unplaced": a.unplaced,
+            "assignment": self.zk_config.assignment,
         }
 
     async def admin(self, req: AdminRequest) -> AdminResponse:

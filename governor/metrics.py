@@ -26,6 +26,12 @@ class ClusterMetrics:
             ["topic"],
             registry=r,
         )
+        self.unplaced = Gauge(
+            "memq_cluster_unplaced_writers",
+            "Writers a topic needs but no broker can take (capacity or buffer memory).",
+            ["topic"],
+            registry=r,
+        )
         self.zk_registrations = Counter(
             "memq_zk_registrations", "Times this broker registered in ZooKeeper.", registry=r
         )

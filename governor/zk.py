@@ -83,6 +83,12 @@ class BrokerRecord(_Rec):
     capacity_mbps: float
     rack: str | None = None
     started_at: int = 0
+    #: Measured ingest per topic (MB/s, smoothed), as of ``reported_at`` (ms).
+    topic_mbps: dict[str, float] = {}
+    #: The broker's batch buffer pool: its bound and what no topic holds now.
+    pool_limit_bytes: int | None = None
+    pool_free_bytes: int | None = None
+    reported_at: int = 0
 
 
 class AssignmentRecord(_Rec):
@@ -92,6 +98,13 @@ class AssignmentRecord(_Rec):
     writers: dict[str, list[str]] = {}
     shortfall: dict[str, float] = {}
     load: dict[str, float] = {}
+    #: topic -> writers it needs but could not get (no broker has the capacity or memory)
+    unplaced: dict[str, int] = {}
+    #: broker -> planned batch buffer bytes
+    memory: dict[str, float] = {}
+    #: topic -> the MB/s the plan used (measured, else declared) and where it came from
+    planned_mbps: dict[str, float] = {}
+    measured: list[str] = []
 
 
 class Layout:

@@ -14,6 +14,7 @@ A leaf module: it imports only pure formats, config and errors.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from memq.acl import AclEntry
@@ -30,10 +31,20 @@ from memq.protocol import (
     TopicListResponse,
 )
 
-__all__ = ["AdminResponse", "ClusterView", "StandaloneView", "TopicHost"]
+__all__ = ["AdminResponse", "ClusterView", "LoadReport", "StandaloneView", "TopicHost"]
 
 #: What an admin request is answered with (encoded as a msgpack map).
 AdminResponse = Any
+
+
+@dataclass(frozen=True)
+class LoadReport:
+    """What a broker measures for the governor's placement."""
+
+    #: Ingest per topic, MB/s, smoothed over the last reports.
+    topic_mbps: dict[str, float]
+    pool_limit_bytes: int
+    pool_free_bytes: int
 
 
 class TopicHost(Protocol):
@@ -63,6 +74,10 @@ class TopicHost(Protocol):
 
     def set_acls(self, entries: list[AclEntry]) -> None:
         """Replace the ACL entries in force (superusers stay those of the config)."""
+        ...
+
+    def load_report(self) -> LoadReport:
+        """Measured ingest per topic and the buffer pool's state (any thread)."""
         ...
 
 

@@ -107,6 +107,8 @@ class TopicProcessor:
         self.metrics = metrics
         self.throttle_timeout = throttle_timeout
         self.pool = pool
+        #: Block bytes accepted so far (the broker's load meter samples it).
+        self.bytes_received = 0
         #: Buffer shapes a batch moves through as it grows (the last: batch.bytes).
         self._classes = size_classes(config.batch.max_bytes, config.batch.max_blocks)
         self._open: Batch | None = None
@@ -169,6 +171,7 @@ class TopicProcessor:
             index = batch.builder.append(block, header)
             batch.block_ids.append(bid)
             self._remember(bid, batch, index)
+            self.bytes_received += n
             self.metrics.bytes_in.labels(self.topic).inc(n)
             self.metrics.blocks.labels(self.topic).inc()
             self.metrics.records.labels(self.topic).inc(header.record_count)

@@ -11,12 +11,13 @@ import asyncio
 import logging
 import os
 import signal
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from memq.acl import AclEntry, AclTable, Op
-from memq.broker.cluster import AdminResponse, ClusterView, StandaloneView
+from memq.broker.cluster import AdminResponse, ClusterView, LoadReport, StandaloneView
 from memq.broker.connection import BrokerConnection
 from memq.broker.metrics import BrokerMetrics
 from memq.broker.pool import BufferPool, buffer_bytes
@@ -47,6 +48,8 @@ __all__ = ["BrokerServer"]
 log = logging.getLogger(__name__)
 
 SinkFactory = Callable[[NotificationConfig], Any]
+#: Weight of the newest sample in the smoothed per-topic ingest rate.
+LOAD_ALPHA = 0.5
 
 
 class BrokerServer:
@@ -81,6 +84,7 @@ class BrokerServer:
         self._sink_factory = sink_factory or _kafka_sink
         self._sinks: dict[tuple[Any, ...], NotificationSink] = {}
         self._writers: dict[str, StorageWriter] = {}
+        self._load_samples: dict[str, tuple[float, int, float]] = {}
         #: Every topic's batch buffers come from here (bounded by memory_limit_bytes).
         self.pool = BufferPool(config.memory_limit_bytes, self.metrics)
         self._creating: dict[str, asyncio.Future[TopicProcessor]] = {}
@@ -147,6 +151,25 @@ class BrokerServer:
     def set_acls(self, entries: list[AclEntry]) -> None:
         auth = self.config.auth
         self.acls = AclTable(entries, auth.superusers if auth else ())
+
+    def load_report(self) -> LoadReport:
+        """Per-topic ingest (MB/s, exponentially smoothed between calls) and pool state."""
+        now = time.monotonic()
+        rates: dict[str, float] = {}
+        for name, proc in list(self.processors.items()):
+            seen = proc.bytes_received
+            last = self._load_samples.get(name)
+            if last is None:
+                rate = 0.0
+            else:
+                dt = max(now - last[0], 1e-3)
+                instant = (seen - last[1]) / dt / 1e6
+                rate = LOAD_ALPHA * instant + (1 - LOAD_ALPHA) * last[2]
+            self._load_samples[name] = (now, seen, rate)
+            rates[name] = round(rate, 4)
+        for gone in set(self._load_samples) - set(self.processors):
+            del self._load_samples[gone]
+        return LoadReport(rates, self.pool.limit, self.pool.free_bytes)
 
     # --- topics -------------------------------------------------------------------------
 

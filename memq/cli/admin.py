@@ -125,6 +125,7 @@ def delete(
     """Delete a topic: its writers seal their open batches and stop. Stored objects and
     notifications stay (use S3 lifecycle rules and Kafka retention)."""
     if not yes and not typer.confirm(f"delete topic {name!r}?"):
+        err.print(f"topic {name} not deleted")
         raise typer.Exit(1)
     _admin(bootstrap, state_dir).delete_topic(name)
     err.print(f"topic {name} deleted")
@@ -160,7 +161,8 @@ def describe(
     state_dir: Path | None = STATE_DIR,
     as_json: bool = JSON,
 ) -> None:
-    """A topic's writers, storage, notification topic and limits."""
+    """A topic's writers, settings (batch.ms, batch.bytes, ring_size, ...), storage,
+    notification topic and limits."""
     d = _admin(bootstrap, state_dir).describe_topic(name)
     if as_json:
         typer.echo(json.dumps(d, indent=2))
@@ -172,13 +174,30 @@ def describe(
         "expected_mbps",
         "min_writers",
         "shortfall_mbps",
+        "unplaced_writers",
+        "planned_mbps",
+        "load_source",
         "max_block_bytes",
     ):
         if k in d:
             t.add_row(k, ", ".join(d[k]) if isinstance(d[k], list) else str(d[k]))
+    for k, v in flatten(d.get("settings") or {}).items():
+        if k not in d:
+            t.add_row(k, "-" if v is None else str(v))
     t.add_row("storage", json.dumps(d.get("storage")))
     t.add_row("notification", json.dumps(d.get("notification")))
     _console().print(t)
+
+
+def flatten(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"batch": {"ms": 500}}`` -> ``{"batch.ms": 500}`` (the keys ``--set`` takes)."""
+    out: dict[str, Any] = {}
+    for k, v in settings.items():
+        if isinstance(v, dict):
+            out.update(flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
 
 
 @cluster_app.command("status")
@@ -213,3 +232,9 @@ def status(
         c.print(f"capacity {s['capacity_mbps']} MB/s, used {s['used_mbps']}, free {s['free_mbps']}")
     if s.get("shortfall"):
         c.print(f"[red]shortfall (MB/s the cluster cannot place): {s['shortfall']}[/red]")
+    if s.get("unplaced"):
+        c.print(
+            f"[red]writers no broker can take (capacity or buffer memory): {s['unplaced']}: "
+            "add brokers, raise capacity_mbps / memory_limit_bytes, or lower expected_mbps"
+            "[/red]"
+        )

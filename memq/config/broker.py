@@ -9,7 +9,7 @@ from __future__ import annotations
 import socket
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -31,6 +31,11 @@ class ZooKeeperConfig(FrozenModel):
     chroot: str = Field(default="/memq", pattern=r"^/[A-Za-z0-9._/-]*$")
     #: Session timeout: a lost broker is noticed after about this long.
     session_timeout_ms: int = Field(default=6000, ge=1000, le=60_000)
+    #: How the governor places topics: weighted-rendezvous (stable when brokers come and
+    #: go) or least-loaded (evens out load). Give every broker the same value.
+    assignment: Literal["weighted-rendezvous", "least-loaded"] = "weighted-rendezvous"
+    #: How often a broker reports its measured per-topic ingest and free buffer memory.
+    load_report_ms: int = Field(default=10_000, ge=500, le=300_000)
 
 
 def _hostname() -> str:

@@ -395,11 +395,66 @@ def test_topic_and_cluster_commands(three: list[BrokerThread], unique_name: Any)
     until("gone", lambda: writing(three, topic) == set())
 
 
-def test_standalone_broker_explains_topic_admin(memq_stack: StackState) -> None:
+def test_standalone_broker_explains_topic_admin(memq_stack: StackState, s3_bucket: str) -> None:
     import json
 
-    b = memq_stack.extra["brokers"][0]["endpoint"]
-    status = json.loads(_memq("cluster", "status", "-b", b, "--json").stdout)
-    assert status["standalone"] is True
-    proc = _memq("topic", "create", "x", "-b", b)
-    assert proc.returncode == 1 and "standalone" in proc.stderr
+    # The dev stack's brokers are clustered (topic admin works there): a broker without a
+    # zookeeper section is standalone.
+    with BrokerThread(broker_config(memq_stack, bucket=s3_bucket)) as standalone:
+        b = standalone.address
+        status = json.loads(_memq("cluster", "status", "-b", b, "--json").stdout)
+        assert status["standalone"] is True
+        proc = _memq("topic", "create", "x", "-b", b)
+        assert proc.returncode == 1 and "standalone" in proc.stderr
+
+
+def test_a_topic_no_broker_has_memory_for_is_reported_then_placed_on_a_bigger_broker(
+    memq_stack: StackState, s3_bucket: str, chroot: str, unique_name: Any
+) -> None:
+    """Placement knows buffer memory: a topic planned at 10 MB/s needs ~20 MB of pool per
+    writer; brokers with a 16 MiB pool cannot take it (reported, never started there);
+    a broker with room joins and gets it."""
+    small = [
+        BrokerThread(
+            cluster_config(
+                memq_stack,
+                s3_bucket,
+                memq_stack.zk_connect,
+                chroot,
+                f"s{i}",
+                memory_limit_bytes=16 << 20,
+                batch_bytes=4 << 20,
+            )
+        )
+        for i in range(2)
+    ]
+    big: BrokerThread | None = None
+    try:
+        for b in small:
+            b.start()
+        admin = AdminClient([b.address for b in small])
+        topic = unique_name("roomy")
+        admin.create_topic(topic, {"expected_mbps": 10, "min_writers": 1})
+        until("reported unplaced", lambda: admin.cluster_status()["unplaced"].get(topic) == 1)
+        status = admin.cluster_status()["topics"][topic]
+        assert status["writers"] == [] and status["unplaced_writers"] == 1
+        assert status["shortfall_mbps"] == 10 and not writing(small, topic)
+        assert admin.describe_topic(topic)["unplaced_writers"] == 1
+        big = BrokerThread(
+            cluster_config(
+                memq_stack,
+                s3_bucket,
+                memq_stack.zk_connect,
+                chroot,
+                "big",
+                memory_limit_bytes=256 << 20,
+                batch_bytes=4 << 20,
+            )
+        )
+        big.start()
+        until("placed on the bigger broker", lambda: writing([*small, big], topic) == {"big"})
+        until("no longer unplaced", lambda: topic not in admin.cluster_status()["unplaced"])
+    finally:
+        for b in [*small, *([big] if big else [])]:
+            if b.server is not None and not b.server.draining:
+                b.stop()

@@ -7,7 +7,13 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memq.governor.assignment import BrokerSpec, TopicSpec, assign, writers_needed
+from memq.governor.assignment import (
+    BrokerSpec,
+    TopicSpec,
+    assign,
+    assign_least_loaded,
+    writers_needed,
+)
 
 racks = st.sampled_from(["a", "b", "c", None])
 broker_lists = st.lists(
@@ -139,3 +145,51 @@ def test_writers_needed_follows_traffic():
     assert writers_needed(TopicSpec("t", 10_000), 5, 100) == 5
     assert writers_needed(TopicSpec("t", 1, min_writers=3), 2, 100) == 2
     assert assign([TopicSpec("t", 1)], []).writers == {"t": ()}
+
+
+def test_a_topic_that_fits_no_broker_memory_is_unplaced_not_overloading_anyone():
+    from memq.governor.assignment import memory_demand
+
+    small = [
+        BrokerSpec("b1", 100, memory_bytes=8 << 20),
+        BrokerSpec("b2", 100, memory_bytes=8 << 20),
+    ]
+    hot = TopicSpec("hot", 50, min_writers=2, batch_bytes=8 << 20, ring_size=4)
+    a = assign([hot], small)
+    assert a.writers["hot"] == () and a.unplaced == {"hot": 2} and a.shortfall["hot"] == 50
+    # With room in memory the same topic is placed on both.
+    big = [BrokerSpec("b1", 100, memory_bytes=1 << 30), BrokerSpec("b2", 100, memory_bytes=1 << 30)]
+    placed = assign([hot], big)
+    assert set(placed.writers["hot"]) == {"b1", "b2"} and not placed.unplaced
+    assert placed.memory["b1"] == round(memory_demand(hot, 25))
+
+
+@given(topic_lists, broker_lists)
+@settings(max_examples=200)
+def test_planned_memory_never_exceeds_a_brokers_pool(topics, brokers):
+    from memq.governor.assignment import MEMORY_UTILISATION, memory_demand
+
+    brokers = [BrokerSpec(b.id, b.capacity_mbps, b.rack, memory_bytes=256 << 20) for b in brokers]
+    for algo in (assign, assign_least_loaded):
+        a = algo(topics, brokers)
+        planned = dict.fromkeys((b.id for b in brokers), 0.0)
+        for t in topics:
+            ws = a.writers[t.name]
+            for w in ws:
+                planned[w] += memory_demand(
+                    t,
+                    t.expected_mbps
+                    / writers_needed(
+                        t, len(brokers), sorted(b.capacity_mbps for b in brokers)[len(brokers) // 2]
+                    ),
+                )
+        for b in brokers:
+            assert planned[b.id] <= b.memory_bytes * MEMORY_UTILISATION + 1
+        assert all(n > 0 for n in a.unplaced.values())
+
+
+def test_least_loaded_evens_out_load():
+    brokers = [BrokerSpec(f"b{i}", 100) for i in range(4)]
+    topics = [TopicSpec(f"t{i}", 10, min_writers=1) for i in range(8)]
+    a = assign_least_loaded(topics, brokers)
+    assert sorted(a.load.values()) == [20.0, 20.0, 20.0, 20.0]
