@@ -11,7 +11,7 @@ help:
 	@echo "make demo   set up .venv, start the local stack, run the end-to-end demo, stop the stack"
 	@echo "make test   set up .venv, run ruff, import-linter, mypy and the whole pytest suite (real local servers)"
 	@echo "make chaos  fault-injection suite, hostile-client soak, overload, decoder fuzzing"
-	@echo "make bench  run the benchmark suite (~15 min; writes benchmarks/results/report.md)"
+	@echo "make bench  run the benchmark suite (~25 min; writes benchmarks/results/report.md, topics.json)"
 	@echo "make clean  remove .venv, caches and the local stack's state"
 
 $(STAMP): pyproject.toml
@@ -57,10 +57,12 @@ integration: install
 
 bench: install
 	$(BIN)/memq bench
+	$(BIN)/python benchmarks/bench_topics.py
 
 FUZZ_SECONDS ?= 120
 chaos: install
 	$(BIN)/python benchmarks/chaos.py
+	$(BIN)/python benchmarks/chaos.py --no-dedup --out benchmarks/results/chaos-no-dedup.json
 	$(BIN)/python benchmarks/bench_hostile.py
 	@for t in frame stream block batch notification audit; do \
 		echo "fuzzing $$t for $(FUZZ_SECONDS) s"; \

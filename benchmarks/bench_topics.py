@@ -1,0 +1,214 @@
+"""Topics at scale: one broker with 1, 100 and 1,000 topics, each trickling, plus a hot one.
+
+For each topic count N, one broker (its own process, default 1 GiB buffer pool,
+batch.bytes 8 MiB, batch.ms 1000) writes N-1 trickle topics, each receiving one record
+per second (acks=all), and one hot topic receiving 1 KiB incompressible records as fast
+as one producer process can send them (acks=all, default client settings). Measured over
+the steady window (``--seconds``, after the topics exist and a warm-up):
+
+- broker RSS (max sampled VmRSS in the window, and VmHWM) and CPU seconds;
+- the buffer pool: bytes allocated and held (its Prometheus gauges);
+- hot-topic throughput (MB/s acknowledged in the window) and its ratio to the same
+  broker with 1 topic;
+- the trickle topics' ack latency p50/p99 (acks=all: the record's batch is in storage
+  and its notification acknowledged by Kafka: the moment a consumer can see it).
+
+Targets: 1,000 topics under 1 GiB broker RSS; hot-topic throughput >= 0.9x the 1-topic
+run. Storage is devnull by default (the broker and Kafka are measured, not moto's PUT
+rate; ``--storage s3`` uses the local S3). Writes ``benchmarks/results/topics.json``.
+
+    python benchmarks/bench_topics.py [--quick] [--topics 1,100,1000] [--seconds 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import benchlib
+from benchlib import eprint, percentile
+
+MiB = 1 << 20
+RECORD = 1024
+
+
+def broker_cfg(state: Any, storage: str) -> dict[str, Any]:
+    store: dict[str, Any] = {"type": storage}
+    if storage == "s3":
+        store["s3"] = {
+            "bucket": state.bucket,
+            "endpoint_url": state.s3_endpoint,
+            "region": "us-east-1",
+        }
+    return {
+        "broker_id": f"topics-{storage}",
+        "cluster": "bench",
+        "port": 0,
+        "http_port": 0,
+        "auto_create_topics": True,
+        "memory_limit_bytes": 1 << 30,
+        "topic_defaults": {
+            "storage": store,
+            # One read partition per topic: what a trickle topic's owner would choose.
+            "notification": {"bootstrap_servers": state.kafka_bootstrap, "partitions": 1},
+            "batch": {"bytes": 8 * MiB, "ms": 1000},
+        },
+    }
+
+
+def rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def gauge(http: str, name: str) -> float:
+    with urllib.request.urlopen(f"{http}/metrics", timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    return float("nan")
+
+
+def hot_loop(boot: str, topic: str, seconds: float, warmup: float, out: Any) -> None:
+    """A producer process at full speed; puts (bytes acked in the window, window s)."""
+    from memq import Producer
+
+    p = Producer({"bootstrap.servers": boot, "acks": "all", "audit.enable": False})
+    # Distinct random records (more than fit in one 1 MiB block): incompressible.
+    pool = [os.urandom(RECORD) for _ in range(2048)]
+    acked = [0]
+    t0 = time.monotonic()
+    start, end = t0 + warmup, t0 + warmup + seconds
+
+    def cb(err: object, _md: object) -> None:
+        if err is None and start <= time.monotonic() <= end:
+            acked[0] += RECORD
+
+    i = 0
+    while time.monotonic() < end:
+        p.produce(topic, pool[i & 2047], on_delivery=cb)
+        i += 1
+    p.flush(120)
+    p.close()
+    out.put((acked[0], seconds))
+
+
+def run_one(state: Any, n_topics: int, seconds: float, storage: str) -> dict[str, Any]:
+    from memq import Producer
+
+    with benchlib.broker_process(state, f"topics-{n_topics}", broker_cfg(state, storage)) as b:
+        boot, pid = b["endpoint"], b["pid"]
+        names = [f"trickle-{i:04d}" for i in range(n_topics - 1)]
+        p = Producer({"bootstrap.servers": boot, "acks": "all", "audit.enable": False,
+                      "linger.ms": 5, "max.in.flight": 4096})  # fmt: skip
+        t0 = time.monotonic()
+        creating = [p.produce(name, b"create") for name in [*names, "hot"]]  # auto-created
+        for f in creating:
+            f.result(timeout=600)
+        create_s = time.monotonic() - t0
+        eprint(f"  {n_topics} topics created in {create_s:.1f} s")
+        q: Any = mp.get_context("spawn").Queue()
+        warmup = 3.0
+        hot = mp.get_context("spawn").Process(
+            target=hot_loop, args=(boot, "hot", seconds, warmup, q)
+        )
+        hot.start()
+        latencies: list[float] = []
+        failed = [0]
+        lock = threading.Lock()
+
+        def cb(err: object, md: Any) -> None:
+            with lock:
+                if err is not None:
+                    failed[0] += 1
+                else:
+                    latencies.append(time.time() * 1000 - md.timestamp)
+
+        rss: list[int] = []
+        cpu0 = benchlib.cpu_seconds(pid)
+        t_start = time.monotonic() + warmup
+        tick = time.monotonic()
+        while time.monotonic() < t_start + seconds:
+            measuring = time.monotonic() >= t_start
+            for name in names:  # one record per trickle topic per second
+                p.produce(name, b"x" * 100, on_delivery=cb if measuring else None)
+            if measuring:
+                rss.append(rss_bytes(pid))
+            tick += 1.0
+            time.sleep(max(0.0, tick - time.monotonic()))  # the trickle's pace
+        cpu = benchlib.cpu_seconds(pid) - cpu0
+        p.flush(120)
+        hot_bytes, hot_s = q.get(timeout=300)
+        hot.join(60)
+        pool_allocated = gauge(b["http"], "memq_pool_allocated_bytes")
+        pool_held = gauge(b["http"], "memq_pool_held_bytes")
+        peak = benchlib.peak_rss_bytes(pid)
+        p.close()
+    return {
+        "topics": n_topics,
+        "create_s": round(create_s, 2),
+        "broker_rss_MB": round(max(rss) / 1e6, 1) if rss else None,
+        "broker_peak_rss_MB": round(peak / 1e6, 1),
+        "broker_cpu_s": round(cpu, 2),
+        "pool_allocated_MB": round(pool_allocated / 1e6, 2),
+        "pool_held_MB": round(pool_held / 1e6, 2),
+        "hot_MBps": round(hot_bytes / hot_s / 1e6, 2),
+        "trickle_records": len(latencies),
+        "trickle_failed": failed[0],
+        "trickle_ack_p50_ms": round(percentile(latencies, 0.5), 1) if latencies else None,
+        "trickle_ack_p99_ms": round(percentile(latencies, 0.99), 1) if latencies else None,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="1 and 20 topics, 4 s each")
+    ap.add_argument("--topics", default=None, help="comma-separated topic counts")
+    ap.add_argument("--seconds", type=float, default=None, help="steady window per count")
+    ap.add_argument("--storage", choices=("devnull", "s3"), default="devnull")
+    ap.add_argument("--out", type=Path, default=benchlib.RESULTS / "topics.json")
+    a = ap.parse_args(argv)
+    counts = [int(x) for x in (a.topics or ("1,20" if a.quick else "1,100,1000")).split(",")]
+    seconds = a.seconds or (4.0 if a.quick else 20.0)
+    doc: dict[str, Any] = {"benchmark": "topics", "quick": a.quick, "storage": a.storage,
+                           "seconds": seconds, "machine": benchlib.machine(), "runs": []}  # fmt: skip
+    with benchlib.private_stack() as state:
+        for n in counts:
+            eprint(f"bench_topics: {n} topics ({a.storage}, {seconds:.0f} s)")
+            doc["runs"].append(run_one(state, n, seconds, a.storage))
+    base = next((r for r in doc["runs"] if r["topics"] == 1), None)
+    for r in doc["runs"]:
+        r["hot_vs_1_topic"] = round(r["hot_MBps"] / base["hot_MBps"], 3) if base else None
+    big = max(doc["runs"], key=lambda r: r["topics"])
+    doc["targets"] = {
+        "rss_under_1GiB_at_max_topics": big["broker_peak_rss_MB"] < (1 << 30) / 1e6,
+        "hot_ratio_at_least_0.9": all(
+            r["hot_vs_1_topic"] is None or r["hot_vs_1_topic"] >= 0.9 for r in doc["runs"]
+        ),
+    }
+    print(f"{'topics':>7} {'RSS MB':>8} {'peak MB':>8} {'pool MB':>8} {'hot MB/s':>9} "
+          f"{'vs 1':>6} {'p50 ms':>7} {'p99 ms':>7} {'cpu s':>6}")  # fmt: skip
+    for r in doc["runs"]:
+        print(f"{r['topics']:>7} {r['broker_rss_MB']:>8} {r['broker_peak_rss_MB']:>8} "
+              f"{r['pool_allocated_MB']:>8} {r['hot_MBps']:>9} {r['hot_vs_1_topic']:>6} "
+              f"{r['trickle_ack_p50_ms']!s:>7} {r['trickle_ack_p99_ms']!s:>7} "
+              f"{r['broker_cpu_s']:>6}")  # fmt: skip
+    for k, v in doc["targets"].items():
+        print(f"target {k}: {'met' if v else 'NOT met'}")
+    benchlib.write_result(doc, a.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
