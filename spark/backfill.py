@@ -17,8 +17,13 @@ Output is partitioned by the records' UTC date and hour (``dt=YYYY-MM-DD/hh=HH``
   UTF-8); ``headers_b64`` maps only the names whose values are not UTF-8 to base64, and
   is null when there are none. ``headers`` is null when the record has no headers.
 
-Counts (objects, records, bytes) come from the source's scan counters, so they are what
-the tasks actually read, not a second pass over the output.
+Counts (objects, bytes, records read) come from the source's scan counters, so they are
+what the tasks actually read, not a second pass over the output.
+
+``dedup=True`` writes each record once however many objects hold a copy of its block:
+:func:`memq.spark.dedup.drop_duplicate_blocks` (a shuffle) runs before the write, and
+the records written are counted on the way out (a Spark ``Observation``), so
+``duplicate_records_dropped`` is records read minus records written.
 """
 
 from __future__ import annotations
@@ -32,10 +37,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 from pyspark.errors import PySparkException
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - Spark's convention
 
 from memq.spark.datasource import register
+from memq.spark.dedup import drop_duplicate_blocks
 from memq.spark.errors import BackfillError
 from memq.spark.stats import ScanStats
 
@@ -51,10 +57,11 @@ class BackfillResult:
     output: str
     format: str
     objects: int
-    records: int
+    records: int  # records written (records read, less duplicate_records_dropped)
     bytes: int
     seconds: float
     stats: ScanStats
+    duplicate_records_dropped: int = 0  # dedup: copies of records already written
 
     @property
     def mb_per_s(self) -> float:
@@ -146,11 +153,13 @@ def run_backfill(
     overwrite: bool = False,
     compression: str | None = None,
     progress: Progress | None = None,
+    dedup: bool = False,
 ) -> BackfillResult:
     """Read the topic named by ``options`` (the ``memq`` source options) and write ``out``.
 
     ``compression``: the output codec; default zstd for Parquet (none, snappy, zstd,
-    lz4_raw, gzip) and none for JSON (none, gzip, bzip2, ...).
+    lz4_raw, gzip) and none for JSON (none, gzip, bzip2, ...). ``dedup``: write each
+    record once over the whole scan (:func:`memq.spark.dedup.drop_duplicate_blocks`).
     """
     if fmt not in ("parquet", "json"):
         raise BackfillError(f"unknown output format {fmt!r}: use parquet or json")
@@ -161,8 +170,11 @@ def run_backfill(
     group = f"memq-backfill-{uuid.uuid4().hex[:8]}"
     stop = threading.Event()
     watcher = None
+    written = Observation("memq_backfill_written") if dedup else None
     with _session_conf(session, JOB_CONF):
         df = session.read.format("memq").options(**dict(options)).load()
+        if written is not None:
+            df = drop_duplicate_blocks(df).observe(written, F.count(F.lit(1)).alias("records"))
         df = df.withColumn("dt", F.date_format("timestamp", "yyyy-MM-dd")).withColumn(
             "hh", F.date_format("timestamp", "HH")
         )
@@ -197,14 +209,16 @@ def run_backfill(
             sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
     seconds = time.monotonic() - t0
     delta = source.stats() - before
+    records = delta.records_read if written is None else int(written.get["records"])
     if progress is not None:
         progress(1, 1)
     return BackfillResult(
         output=out,
         format=fmt,
         objects=delta.objects_read,
-        records=delta.records_read,
+        records=records,
         bytes=delta.bytes_read,
         seconds=seconds,
         stats=delta,
+        duplicate_records_dropped=delta.records_read - records,
     )

@@ -11,6 +11,15 @@ a bound are filtered by an Arrow compute mask.
 An object is decoded completely before anything is emitted, so a corrupt block anywhere
 fails (or skips) the whole object and never half of it.
 
+Block dedup (the ``dedup`` option): given the set of block ids ``(producer_id, epoch,
+sequence)`` its caller already read, :func:`decode_object` skips, without decoding, every
+block whose id is in it or repeats within the object (a retried block stored twice), and
+counts it in ``duplicate_blocks``; the ids it read join the set only once the whole
+object decoded, so an object that fails (or is skipped as corrupt) leaves it unchanged.
+Copies of a block hold the same records in the same order, so the rows of the copy read
+equal those of the copies skipped (``record_index`` included) in every column but
+``object_key`` and ``block_index``.
+
 Type mapping (see docs/spark.md): ``producer_id`` and ``sequence`` are u64 in the
 format and ``epoch`` u32; Spark has no unsigned types, so they are stored as the signed
 integer with the same bits (two's complement). Values below 2^63 (2^31 for ``epoch``)
@@ -46,6 +55,7 @@ __all__ = [
     "ARROW_SCHEMA",
     "SCHEMA",
     "SCHEMA_DDL",
+    "BlockId",
     "DecodeCounts",
     "decode_object",
     "to_signed",
@@ -75,6 +85,8 @@ SCHEMA = StructType(
 )
 #: Exactly the Arrow schema Spark expects from a Python data source's ``read()``.
 ARROW_SCHEMA: Any = to_arrow_schema(SCHEMA, timezone="UTC")
+#: A block's identity across copies: ``(producer_id, epoch, sequence)`` as in the format.
+BlockId = tuple[int, int, int]
 _HEADERS_TYPE = ARROW_SCHEMA.field("headers").type
 _TS_TYPE = ARROW_SCHEMA.field("timestamp").type
 
@@ -97,11 +109,12 @@ def _dedup_headers(h: tuple[Header, ...] | None) -> tuple[Header, ...] | None:
 class DecodeCounts:
     """Per-object counts returned with the batch."""
 
-    __slots__ = ("blocks_pruned", "blocks_read", "records")
+    __slots__ = ("blocks_pruned", "blocks_read", "duplicate_blocks", "records")
 
     def __init__(self) -> None:
         self.blocks_read = 0
         self.blocks_pruned = 0
+        self.duplicate_blocks = 0  # copies of an already read block, skipped (dedup)
         self.records = 0
 
 
@@ -112,15 +125,24 @@ def decode_object(
     key: str,
     start_ms: int | None = None,
     end_ms: int | None = None,
+    seen: set[BlockId] | None = None,
 ) -> tuple[Any, DecodeCounts]:
     """Decode a whole batch object into a RecordBatch of :data:`ARROW_SCHEMA`.
 
     Only records with ``start_ms <= timestamp < end_ms`` are kept (None: unbounded).
-    Raises a :class:`memq.errors.MemqFormatError` subclass when the bytes are not a
-    valid batch object. Returns ``(None, counts)`` when no record is in range.
+    With ``seen`` (block ids already read), blocks whose id is in it or repeats in this
+    object are skipped and counted, and the ids read are added to it once the object
+    decoded. Raises a :class:`memq.errors.MemqFormatError` subclass when the bytes are
+    not a valid batch object (``seen`` unchanged). Returns ``(None, counts)`` when no
+    record is in range.
     """
     with gc_paused():
-        return _decode_object(data, topic=topic, key=key, start_ms=start_ms, end_ms=end_ms)
+        batch, counts, ids = _decode_object(
+            data, topic=topic, key=key, start_ms=start_ms, end_ms=end_ms, seen=seen
+        )
+    if seen is not None:
+        seen.update(ids)
+    return batch, counts
 
 
 def _decode_object(
@@ -130,7 +152,8 @@ def _decode_object(
     key: str,
     start_ms: int | None,
     end_ms: int | None,
-) -> tuple[Any, DecodeCounts]:
+    seen: set[BlockId] | None,
+) -> tuple[Any, DecodeCounts, set[BlockId]]:
     header = decode_batch_header(data)
     lo = start_ms if start_ms is not None else -(1 << 63)
     hi = end_ms if end_ms is not None else (1 << 63) - 1
@@ -145,10 +168,17 @@ def _decode_object(
     block_idx: list[int] = []
     rec_idx: list[int] = []
     needs_filter = False
+    ids: set[BlockId] = set()  # the blocks read here (joins ``seen`` on success only)
     for i, (bh, block) in enumerate(iter_batch_blocks(data, header)):
         if bh.max_timestamp < lo or bh.min_timestamp >= hi:
             counts.blocks_pruned += 1
             continue
+        if seen is not None:
+            bid = (bh.producer_id, bh.epoch, bh.sequence)
+            if bid in seen or bid in ids:
+                counts.duplicate_blocks += 1
+                continue
+            ids.add(bid)
         if bh.min_timestamp < lo or bh.max_timestamp >= hi:
             needs_filter = True
         t, k, v, h = decode_columns(block, bh)
@@ -164,16 +194,16 @@ def _decode_object(
         block_idx.extend([i] * n)
         rec_idx.extend(range(n))
     if not ts:
-        return None, counts
+        return None, counts, ids
     batch = _build(topic, key, ts, keys, values, headers, pids, epochs, seqs, block_idx, rec_idx)
     if needs_filter:
         ms = pa.array(ts, pa.int64())
         mask = pc.and_(pc.greater_equal(ms, lo), pc.less(ms, hi))
         batch = batch.filter(mask)
         if batch.num_rows == 0:
-            return None, counts
+            return None, counts, ids
     counts.records = batch.num_rows
-    return batch, counts
+    return batch, counts, ids
 
 
 def _build(

@@ -28,7 +28,7 @@ from memq.spark.options import ScanOptions
 from memq.spark.s3io import client_for, with_retries
 from memq.spark.stats import StatsSink
 
-__all__ = ["ListResult", "ObjectRef", "dedup_hedged", "list_objects", "list_roots"]
+__all__ = ["ListResult", "ObjectRef", "dedup_hedged", "list_objects", "list_roots", "probe_objects"]
 
 log = logging.getLogger(__name__)
 
@@ -91,9 +91,15 @@ def list_roots(opts: ScanOptions, sink: StatsSink) -> list[str]:
 
 
 def _list_root(
-    opts: ScanOptions, root: str, lo: int | None, hi: int | None, sink: StatsSink
+    opts: ScanOptions,
+    root: str,
+    lo: int | None,
+    hi: int | None,
+    sink: StatsSink,
+    limit: int | None = None,
 ) -> list[tuple[ObjectRef, str]]:
-    """Objects under one topic prefix sealed in ``[lo, hi]`` (ms, inclusive; None = open)."""
+    """Objects under one topic prefix sealed in ``[lo, hi]`` (ms, inclusive; None = open);
+    with ``limit``, the first that many."""
     client = client_for(opts, opts.list_concurrency)
     start_after = None if lo is None else root + _hour_path(lo)
     stop_after = None if hi is None else root + _hour_path(hi) + "/\uffff"
@@ -128,7 +134,10 @@ def _list_root(
             if (lo is not None and created < lo) or (hi is not None and created > hi):
                 continue
             out.append((ObjectRef(key, int(obj["Size"]), created), parsed.batch_id))
-        if not page.get("IsTruncated"):
+            if limit is not None and len(out) >= limit:
+                done = True
+                break
+        if done or not page.get("IsTruncated"):
             break
         token = page["NextContinuationToken"]
     sink.add({"prefixes_listed": 1, "keys_listed": listed, "keys_ignored": ignored})
@@ -167,6 +176,14 @@ def dedup_hedged(entries: Iterable[tuple[ObjectRef, str]]) -> tuple[list[ObjectR
                 out.append(other)
     out.sort(key=lambda r: (r.created_ms, r.key))
     return out, dropped
+
+
+def probe_objects(opts: ScanOptions, sink: StatsSink) -> tuple[list[str], bool]:
+    """The topic prefixes a scan of ``opts`` lists, and whether any holds an object in its
+    time window; stops at the first object found (a few LISTs when there is data)."""
+    lo, hi = opts.seal_window
+    roots = list_roots(opts, sink)
+    return roots, any(_list_root(opts, root, lo, hi, sink, limit=1) for root in roots)
 
 
 def list_objects(opts: ScanOptions, lo: int | None, hi: int | None, sink: StatsSink) -> ListResult:

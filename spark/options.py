@@ -48,6 +48,7 @@ KNOWN_OPTIONS: dict[str, str] = {
     "min_partition_bytes": "lower bound of object bytes per Spark partition (8 MiB)",
     "partitions_per_core": "aim for this many partitions per core when data allows (3)",
     "on_corrupt": "fail (default) | skip: what to do with corrupt or missing objects",
+    "dedup": "false (default) | true: each task drops copies of a block id it already read",
     "list_concurrency": "concurrent LIST requests on the driver (32)",
     "list_page_size": "keys per LIST request, 1-1000 (1000)",
     "read_concurrency": "concurrent GETs per Spark task (4)",
@@ -120,6 +121,9 @@ class ScanOptions:
     min_partition_bytes: int = 8 * MiB
     partitions_per_core: int = 3
     on_corrupt: CorruptPolicy = "fail"
+    #: Each read task drops repeated block ids (producer_id, epoch, sequence); scan-wide
+    #: needs a shuffle: :func:`memq.spark.dedup.drop_duplicate_blocks`.
+    dedup: bool = False
     list_concurrency: int = 32
     list_page_size: int = 1000
     read_concurrency: int = 4
@@ -178,6 +182,7 @@ def parse_options(options: Mapping[str, str]) -> ScanOptions:
         min_partition_bytes=_int(opts, "min_partition_bytes", 8 * MiB, 1, big),
         partitions_per_core=_int(opts, "partitions_per_core", 3, 1, 1000),
         on_corrupt=_choice(opts, "on_corrupt", "fail", ("fail", "skip")),  # type: ignore[arg-type]
+        dedup=_choice(opts, "dedup", "false", ("false", "true")) == "true",
         list_concurrency=_int(opts, "list_concurrency", 32, 1, 1024),
         list_page_size=_int(opts, "list_page_size", 1000, 1, 1000),
         read_concurrency=_int(opts, "read_concurrency", 4, 1, 256),

@@ -4,6 +4,11 @@ Runs inside Spark's Python workers. Each task keeps up to ``read_concurrency`` G
 flight on a per-process thread pool (so network and decoding overlap), and emits one
 Arrow RecordBatch per object, in the partition's order.
 
+With ``dedup=true`` a task drops every block whose id ``(producer_id, epoch, sequence)``
+it already read (a retried block stored in two objects of the same partition),
+counting ``duplicate_blocks_dropped``; copies read by different tasks are only caught
+by a shuffle (:func:`memq.spark.dedup.drop_duplicate_blocks`).
+
 Corrupt or missing objects: with ``on_corrupt=fail`` (default) the task fails with
 :class:`CorruptObjectError` / :class:`MissingObjectError`, whose message names the
 object; with ``on_corrupt=skip`` the object is skipped, logged at WARNING and counted
@@ -22,7 +27,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from memq.errors import MemqFormatError, ObjectNotFoundError
-from memq.spark.decode import decode_object
+from memq.spark.decode import BlockId, decode_object
 from memq.spark.errors import MissingObjectError, corrupt_object
 from memq.spark.listing import ObjectRef
 from memq.spark.options import ScanOptions
@@ -74,6 +79,7 @@ def read_objects(
     call's counts when it ends, or None.
     """
     counter = Counter()
+    seen: set[BlockId] | None = set() if opts.dedup else None  # block ids this call read
     pool = _pool(opts.read_concurrency)
     pending: deque[tuple[ObjectRef, Future[bytes]]] = deque()
     todo = iter(objects)
@@ -100,8 +106,9 @@ def read_objects(
                 continue
             try:
                 batch, counts = decode_object(
-                    data, topic=opts.topic, key=ref.key, start_ms=start_ms, end_ms=end_ms
-                )
+                    data, topic=opts.topic, key=ref.key, start_ms=start_ms, end_ms=end_ms,
+                    seen=seen,
+                )  # fmt: skip
             except MemqFormatError as e:
                 if opts.on_corrupt == "fail":
                     raise corrupt_object(opts.bucket, ref.key, e) from e
@@ -115,6 +122,7 @@ def read_objects(
                     "blocks_read": counts.blocks_read,
                     "blocks_pruned": counts.blocks_pruned,
                     "records_read": counts.records,
+                    "duplicate_blocks_dropped": counts.duplicate_blocks,
                 }
             )
             del data

@@ -19,6 +19,8 @@ from memq.errors import ConfigError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from memq.spark.options import ScanOptions
+
 __all__ = ["backfill"]
 
 out = Console()
@@ -101,7 +103,20 @@ def backfill(
         help="Output codec: Parquet none|snappy|zstd|lz4_raw|gzip (default zstd); JSON "
         "none|gzip|... (default none).",
     ),
+    dedup: bool = typer.Option(
+        False,
+        "--dedup",
+        help="Write each record once even when its block is stored in several objects (a "
+        "retried block): drops repeated (producer_id, epoch, sequence, record_index) over "
+        "the whole scan (a shuffle).",
+    ),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing output."),
+    allow_empty: bool = typer.Option(
+        False,
+        "--allow-empty",
+        help="Succeed (and write an empty output) when the topic has no object or record in "
+        "the range; without it that is an error naming the prefixes listed.",
+    ),
     conf: list[str] = typer.Option(
         [], "--conf", help="Extra Spark setting key=value (repeatable)."
     ),
@@ -136,9 +151,11 @@ def backfill(
     ):
         if value is not None:
             options[name] = value
-    parse_options(options)  # fail on bad flags before paying for a Spark start
+    scan = parse_options(options)  # fail on bad flags before paying for a Spark start
     if not overwrite and "://" not in output and Path(output).exists():
         raise ConfigError(f"output {output} already exists: choose another --out or --overwrite")
+    if not allow_empty:
+        _require_objects(scan)
 
     t0 = time.monotonic()
     session, owned = _session(master, extra)
@@ -164,6 +181,7 @@ def backfill(
                 overwrite=overwrite,
                 compression=compression,
                 progress=progress,
+                dedup=dedup,
             )
     finally:
         if owned:
@@ -172,6 +190,8 @@ def backfill(
     t.add_row("output", f"{result.output} ({result.format}, partitioned by dt/hh)")
     t.add_row("objects", f"{result.objects:,}")
     t.add_row("records", f"{result.records:,}")
+    if dedup:
+        t.add_row("duplicates dropped", f"{result.duplicate_records_dropped:,} records")
     t.add_row("bytes", f"{result.bytes:,}")
     t.add_row(
         "seconds", f"{result.seconds:.2f} (job), {time.monotonic() - t0:.2f} (with Spark start)"
@@ -185,6 +205,46 @@ def backfill(
             f"{result.stats.corrupt_skipped} corrupt, {result.stats.missing_skipped} missing",
         )
     out.print(t)
+    if not result.records and not allow_empty:
+        from memq.spark.errors import BackfillError
+
+        raise BackfillError(
+            f"the backfill of {topic!r} read {result.objects:,} objects but no record "
+            f"{_window(scan)}: {result.output} is empty (pass --allow-empty to accept that)"
+        )
+
+
+def _window(scan: ScanOptions) -> str:
+    from memq.jsonlines import iso_ms
+
+    if scan.start_ms is None and scan.end_ms is None:
+        return "at any time"
+    lo = "the beginning" if scan.start_ms is None else iso_ms(scan.start_ms)
+    hi = "now" if scan.end_ms is None else iso_ms(scan.end_ms)
+    return f"from {lo} to {hi}"
+
+
+def _require_objects(scan: ScanOptions) -> None:
+    """Fail before starting Spark when no prefix of the topic holds an object in the
+    window, naming the prefixes listed (a wrong --cluster, --topic or range shows)."""
+    from memq.spark.errors import BackfillError
+    from memq.spark.listing import probe_objects
+    from memq.spark.stats import Counter
+
+    roots, found = probe_objects(scan, Counter())
+    if found:
+        return
+    base = f"s3://{scan.bucket}/"
+    if roots:
+        shown = ", ".join(base + r for r in roots[:4])
+        listed = f"listed {shown}" + (f" and {len(roots) - 4} more" if len(roots) > 4 else "")
+    else:
+        listed = f"{base} holds no prefix of cluster {scan.cluster!r} (nothing to list)"
+    raise BackfillError(
+        f"no objects of topic {scan.topic!r} (cluster {scan.cluster!r}) {_window(scan)}: "
+        f"{listed}; check --topic, --cluster, --bucket and --from/--to, or pass "
+        "--allow-empty to write an empty output"
+    )
 
 
 def _session(master: str, conf: dict[str, str]) -> tuple[SparkSession, bool]:

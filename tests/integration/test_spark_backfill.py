@@ -28,6 +28,7 @@ from tests.integration.spark_fixtures import (  # noqa: F401 - fixtures
     expected_row,
     spark_session_fixture,
 )
+from tests.integration.test_spark_datasource import write_shared_block
 
 
 def _fill(w: TopicWriter, hours: int = 3) -> None:
@@ -207,3 +208,58 @@ def test_records_produced_through_the_broker_are_backfilled_exactly(
         ).to_pylist()
     )
     assert got == Counter(sent)
+
+
+def _parquet_rows(out: Path) -> list[tuple[Any, ...]]:
+    table = ds.dataset(str(out), format="parquet", partitioning="hive").to_table()
+    table = table.set_column(
+        table.schema.get_field_index("timestamp"),
+        "timestamp",
+        table["timestamp"].cast(pa.int64()),
+    )
+    return [
+        (r["timestamp"] // 1000, r["key"], r["value"],
+         None if r["headers"] is None else tuple(sorted(r["headers"])),
+         r["producer_id"], r["epoch"], r["sequence"])
+        for r in table.to_pylist()
+    ]  # fmt: skip
+
+
+def test_backfill_dedup_writes_each_record_once_over_the_whole_scan(
+    spark_session: Any,
+    memq_stack: StackState,
+    s3_bucket: str,
+    unique_name: Callable[[str], str],
+    tmp_path: Path,
+) -> None:
+    w = TopicWriter(memq_stack.s3_endpoint, s3_bucket, unique_name("t"))
+    copy = write_shared_block(w)
+    # One object per task: only the shuffle can meet the two copies.
+    options = w.options(target_partition_bytes="1", min_partition_bytes="1")
+
+    plain = run_backfill(spark_session, options, str(tmp_path / "plain"))
+    assert Counter(_parquet_rows(tmp_path / "plain")) == Counter(w.rows + copy)
+    assert (plain.records, plain.duplicate_records_dropped) == (len(w.rows) + len(copy), 0)
+
+    result = run_backfill(spark_session, options, str(tmp_path / "dedup"), dedup=True)
+    assert Counter(_parquet_rows(tmp_path / "dedup")) == Counter(w.rows)
+    assert result.stats.partitions_planned == 2
+    assert (result.records, result.duplicate_records_dropped) == (len(w.rows), len(copy))
+    assert result.stats.records_read == len(w.rows) + len(copy)
+    # Nothing in range: the written count still arrives (no wait for metrics that never do).
+    later = w.options(start_time=str(T0 + 100 * HOUR_MS))
+    empty = run_backfill(spark_session, later, str(tmp_path / "empty"), dedup=True)
+    assert (empty.records, empty.duplicate_records_dropped, empty.objects) == (0, 0, 0)
+
+    app = typer.Typer()
+    app.command("backfill")(backfill)
+    out = tmp_path / "cli"
+    args = ["--topic", w.topic, "--out", str(out), "--bucket", s3_bucket,
+            "--endpoint-url", memq_stack.s3_endpoint, "--region", "us-east-1",
+            "--format", "json", "--dedup"]  # fmt: skip
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, (res.output, res.exception)
+    assert "duplicates dropped" in res.output and f"{len(copy)} records" in res.output
+    lines = [json.loads(x) for f in sorted(out.glob("dt=*/hh=*/*.json"))
+             for x in f.read_text().splitlines() if x]  # fmt: skip
+    assert Counter(_from_json(line) for line in lines) == Counter(r[:4] for r in w.rows)

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from memq.devstack import StackState
+from memq.errors import ConfigError
 from memq.formats import Compression
 from memq.formats.keys import hash_prefix
 from memq.spark import ScanStats, parse_options, plan_scan
@@ -19,6 +20,7 @@ from tests.integration.spark_fixtures import (  # noqa: F401 - fixtures
     TopicWriter,
     as_tuples,
     compare_view,
+    expected_row,
     memq_source_fixture,
     plan_now,
     spark_rows,
@@ -201,3 +203,52 @@ def test_corrupt_and_missing_objects_fail_naming_the_key_or_are_skipped_and_coun
     stats = memq_source.stats() - before
     assert Counter(rows) == Counter(w.rows[100:])  # objects 2 and 3, 50 records each
     assert (stats.corrupt_skipped, stats.missing_skipped, stats.objects_read) == (1, 1, 2)
+
+
+def write_shared_block(w: TopicWriter) -> list[tuple[Any, ...]]:
+    """Two objects that share a block (a retried block stored twice); returns the rows
+    of that block's second copy. ``w.rows`` holds every record once."""
+    shared = w.records(25, T0, 5_000)
+    w.write(T0 + 10_000, [w.records(20, T0, 5_000), shared], producer_id=77, first_sequence=0)
+    only_second = w.records(15, T0, 5_000)
+    w.write(T0 + 12_000, [shared, only_second], producer_id=77, first_sequence=1, remember=False)
+    w.rows.extend(expected_row(r, 77, 1, 2) for r in only_second)
+    return [expected_row(r, 77, 1, 1) for r in shared]
+
+
+def test_dedup_drops_repeated_blocks_per_task_and_the_helper_over_the_scan(
+    spark_session: Any,
+    memq_source: Any,
+    memq_stack: StackState,
+    s3_bucket: str,
+    unique_name: Callable[[str], str],
+) -> None:
+    from memq.spark import drop_duplicate_blocks
+
+    w = _writer(memq_stack, s3_bucket, unique_name("t"))
+    copy = write_shared_block(w)
+    once, twice = Counter(w.rows), Counter(w.rows + copy)
+    assert len(w.rows) == 60 and len(copy) == 25
+
+    # Off (default): both copies are read.
+    rows, stats = _read(spark_session, memq_source, w.options())
+    assert Counter(rows) == twice and stats.duplicate_blocks_dropped == 0
+    # dedup=true, both objects in one task: the second copy is dropped before decoding.
+    rows, stats = _read(spark_session, memq_source, w.options(dedup="true"))
+    assert stats.partitions_planned == 1
+    assert Counter(rows) == once
+    assert (stats.duplicate_blocks_dropped, stats.records_read, stats.blocks_read) == (1, 60, 3)
+    # One object per task: the option cannot see the other task's copy ...
+    apart = {"target_partition_bytes": "1", "min_partition_bytes": "1"}
+    rows, stats = _read(spark_session, memq_source, w.options(dedup="true", **apart))
+    assert stats.partitions_planned == 2 and stats.duplicate_blocks_dropped == 0
+    assert Counter(rows) == twice
+    # ... the helper's shuffle does, with or without the option.
+    for extra in ({}, {"dedup": "true"}):
+        df = drop_duplicate_blocks(_load(spark_session, w.options(**apart, **extra)))
+        assert Counter(spark_rows(df)) == once
+        full = df.collect()
+        assert len({(r.producer_id, r.epoch, r.sequence, r.record_index) for r in full}) == 60
+    # Columns it needs must be there.
+    with pytest.raises(ConfigError, match="record_index"):
+        drop_duplicate_blocks(_load(spark_session, w.options()).select("topic", "value"))

@@ -6,7 +6,8 @@ import pytest
 
 from memq.errors import ConfigError, CorruptObjectError, MemqFormatError, ObjectNotFoundError
 from memq.formats import Compression, encode_batch, encode_block
-from memq.spark.decode import ARROW_SCHEMA, decode_object, to_signed
+from memq.spark import reading
+from memq.spark.decode import ARROW_SCHEMA, BlockId, decode_object, to_signed
 from memq.spark.errors import SKIP_HINT, MissingObjectError, corrupt_object
 from memq.spark.listing import ObjectRef, dedup_hedged
 from memq.spark.options import parse_options, parse_time_ms
@@ -31,6 +32,9 @@ def test_options_defaults_and_required() -> None:
         None,
     )
     assert o.seal_window == (None, None)
+    assert o.dedup is False
+    assert parse_options({**BASE, "dedup": "true"}).dedup is True
+    assert parse_options({**BASE, "DEDUP": "False"}).dedup is False
     for missing in ("bucket", "topic"):
         with pytest.raises(ConfigError, match=missing):
             parse_options({k: v for k, v in BASE.items() if k != missing})
@@ -48,6 +52,7 @@ def test_options_defaults_and_required() -> None:
         ({"list_page_size": "5000"}, "list_page_size"),
         ({"read_concurrency": "x"}, "integer"),
         ({"min_partition_bytes": "10", "target_partition_bytes": "5"}, "must not exceed"),
+        ({"dedup": "yes"}, "dedup"),
     ],
 )
 def test_options_are_validated_with_clear_errors(bad: dict[str, str], match: str) -> None:
@@ -190,6 +195,105 @@ def test_decode_object_rejects_corruption() -> None:
         decode_object(bytes(data), topic="t", key="k")
     with pytest.raises(MemqFormatError):
         decode_object(bytes(data[:20]), topic="t", key="k")
+
+
+# --- block dedup in a read task ---------------------------------------------------------
+
+Rec = tuple[int, bytes | None, bytes, object]
+
+
+def _blocks_object(blocks: list[tuple[int, list[Rec]]], pid: int = 9, epoch: int = 1) -> bytes:
+    """A batch object of ``(sequence, records)`` blocks of one producer."""
+    return encode_batch(
+        [
+            encode_block(recs, producer_id=pid, epoch=epoch, sequence=seq,  # type: ignore[arg-type]
+                         compression=Compression.ZSTD)
+            for seq, recs in blocks
+        ]
+    )  # fmt: skip
+
+
+def _recs(seq: int, n: int = 3, t0: int = 1000) -> list[Rec]:
+    return [(t0 + i, b"k%d" % seq, b"v%d-%d" % (seq, i), None) for i in range(n)]
+
+
+def _rows(batch: object) -> list[dict[str, object]]:
+    return [] if batch is None else batch.to_pylist()  # type: ignore[attr-defined]
+
+
+def _ident(row: dict[str, object]) -> tuple[object, ...]:
+    """A row without where it was read from (object_key, block_index)."""
+    return tuple(v for k, v in row.items() if k not in {"object_key", "block_index"})
+
+
+def test_decode_drops_blocks_already_read_and_repeats_within_an_object() -> None:
+    # Block 4 is stored twice: at index 1 of object A and index 0 of object B (a retried
+    # block); object B also repeats block 5 within itself.
+    a = _blocks_object([(3, _recs(3)), (4, _recs(4))])
+    b = _blocks_object([(4, _recs(4)), (5, _recs(5)), (5, _recs(5))])
+    seen: set[BlockId] = set()
+    batch_a, counts_a = decode_object(a, topic="t", key="A", seen=seen)
+    assert (counts_a.blocks_read, counts_a.duplicate_blocks) == (2, 0)
+    assert seen == {(9, 1, 3), (9, 1, 4)}
+    batch_b, counts_b = decode_object(b, topic="t", key="B", seen=seen)
+    assert (counts_b.blocks_read, counts_b.duplicate_blocks, counts_b.records) == (1, 2, 3)
+    assert [(r["sequence"], r["block_index"], r["record_index"]) for r in _rows(batch_b)] == [
+        (5, 1, 0), (5, 1, 1), (5, 1, 2),
+    ]  # fmt: skip
+    assert seen == {(9, 1, 3), (9, 1, 4), (9, 1, 5)}
+    # Without dedup both copies of block 4 are rows that differ only in where they were
+    # read: the same record_index values, so a shuffle on the block id catches them.
+    plain_b, counts = decode_object(b, topic="t", key="B")
+    assert counts.duplicate_blocks == 0 and len(_rows(plain_b)) == 9
+    copy_a = [_ident(r) for r in _rows(batch_a) if r["sequence"] == 4]
+    copy_b = [_ident(r) for r in _rows(plain_b) if r["sequence"] == 4]
+    assert copy_a == copy_b and [r[-1] for r in copy_a] == [0, 1, 2]
+    # Every record once with dedup; block 4's three records twice without.
+    with_dedup = [_ident(r) for r in _rows(batch_a) + _rows(batch_b)]
+    assert len(with_dedup) == len(set(with_dedup)) == 9
+
+
+def test_dedup_leaves_seen_alone_on_a_bad_object_and_ignores_pruned_blocks() -> None:
+    seen: set[BlockId] = {(9, 1, 1)}
+    bad = bytearray(_blocks_object([(7, _recs(7)), (8, _recs(8))]))
+    bad[-3] ^= 0x10
+    with pytest.raises(MemqFormatError):
+        decode_object(bytes(bad), topic="t", key="bad", seen=seen)
+    assert seen == {(9, 1, 1)}  # a skipped object reads nothing: its blocks stay unread
+    obj = _blocks_object([(7, _recs(7, t0=1000)), (8, _recs(8, t0=5000))])
+    _, counts = decode_object(obj, topic="t", key="o", start_ms=4000, seen=seen)
+    assert (counts.blocks_pruned, counts.blocks_read) == (1, 1)
+    assert seen == {(9, 1, 1), (9, 1, 8)}  # block 7 was pruned, not read: a copy may follow
+    batch, counts = decode_object(obj, topic="t", key="copy", seen=seen)
+    assert counts.duplicate_blocks == 1 and {r["sequence"] for r in _rows(batch)} == {7}
+
+
+def test_read_task_drops_copies_across_its_objects_and_counts_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    stored = {
+        "k1": _blocks_object([(1, _recs(1)), (2, _recs(2))]),
+        "k2": _blocks_object([(2, _recs(2)), (3, _recs(3))]),  # block 2 again
+        "k3": _blocks_object([(1, _recs(1))]),  # block 1 a third time
+    }
+    monkeypatch.setattr(reading, "fetch_object", lambda _opts, key: stored[key])
+    objects = tuple(ObjectRef(k, len(v), 1000 + i) for i, (k, v) in enumerate(stored.items()))
+
+    def read(**extra: str) -> tuple[list[dict[str, object]], ScanStats]:
+        counter = Counter()
+        opts = parse_options({**BASE, "read_concurrency": "2", **extra})
+        rows = [r for b in reading.read_objects(objects, opts, counter) for r in _rows(b)]
+        return rows, counter.snapshot()
+
+    rows, stats = read(dedup="true")
+    assert sorted((r["sequence"], r["record_index"]) for r in rows) == [
+        (s, i) for s in (1, 2, 3) for i in range(3)
+    ]
+    assert [r["object_key"] for r in rows if r["sequence"] == 2] == ["k1"] * 3  # first copy
+    assert (stats.duplicate_blocks_dropped, stats.records_read, stats.objects_read) == (2, 9, 3)
+    assert stats.blocks_read == 3
+    rows, stats = read()  # dedup off (default): every copy is read
+    assert len(rows) == stats.records_read == 15 and stats.duplicate_blocks_dropped == 0
 
 
 # --- errors, offsets, counters -----------------------------------------------------------
