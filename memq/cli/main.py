@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -19,6 +20,7 @@ from memq.cli import consume as consume_cmd
 from memq.cli import cost as cost_cmd
 from memq.cli import demo as demo_cmd
 from memq.cli import dev as dev_cmd
+from memq.cli import group as group_cmd
 from memq.cli import produce as produce_cmd
 from memq.cli import token as token_cmd
 from memq.errors import MemqError
@@ -37,6 +39,7 @@ app = typer.Typer(
 app.add_typer(dev_cmd.app, name="dev")
 app.add_typer(admin_cmd.topic_app, name="topic")
 app.add_typer(admin_cmd.cluster_app, name="cluster")
+app.add_typer(group_cmd.app, name="group")
 app.add_typer(audit_cmd.app, name="audit")
 app.add_typer(token_cmd.app, name="token")
 app.add_typer(acl_cmd.app, name="acl")
@@ -71,15 +74,43 @@ def _root(
     )
 
 
+# The option parser's exception classes (typer vendors click in recent versions).
+_USAGE_ERROR: type[Exception] = next(
+    c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError"
+)
+_CLICK_ERROR: type[Exception] = next(
+    c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException"
+)
+
+
 def main() -> None:
+    """Run the CLI: a bad option value is a one-line usage error (exit 2), a failure one
+    line saying what failed (exit 1)."""
     try:
-        app()
+        rc = app(standalone_mode=False)
+    except _CLICK_ERROR as e:
+        ctx: Any = getattr(e, "ctx", None)
+        failure: Any = e
+        if isinstance(e, _USAGE_ERROR) and type(e).__name__ != "NoArgsIsHelpError":
+            where = ctx.command_path if ctx is not None else "memq"
+            err.print(
+                f"[bold red]usage error:[/bold red] {failure.format_message()} "
+                f"(see `{where} --help`)",
+                highlight=False,
+            )
+        else:  # a group without its command shows its help
+            failure.show()
+        sys.exit(failure.exit_code)
+    except typer.Abort:
+        err.print("aborted")
+        sys.exit(1)
     except MemqError as e:
         err.print(f"[bold red]error:[/bold red] {e}", highlight=False)
         sys.exit(1)
     except KeyboardInterrupt:
         err.print("interrupted")
         sys.exit(130)
+    sys.exit(rc if isinstance(rc, int) else 0)
 
 
 if __name__ == "__main__":

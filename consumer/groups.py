@@ -1,0 +1,311 @@
+"""Consumer groups as operators see them (``memq group``): list, describe with lag, reset
+offsets, delete.
+
+A MemQ consumer group is a Kafka consumer group on a topic's notification topic; its
+committed offsets are notification offsets (objects). Lag is given three ways: in
+objects (end offset minus committed), in records (the record counts the pending
+notifications carry) and in seconds (now minus the oldest record timestamp of the first
+pending object). End offsets are verified by reading (some Kafka-protocol brokers report
+a short high watermark), and time lookups binary-search notifications by their record
+timestamps, so both work without ``offsets_for_times``.
+
+Offsets are reset only while the group has no active member, as Kafka's
+``kafka-consumer-groups`` does: a live member would overwrite them with its own commits.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from memq.client.bootstrap import fetch_metadata, resolve_client, split_servers
+from memq.config import SecureClientConfig
+from memq.consumer.message import MessageId
+from memq.consumer.notifications import NotificationProbe
+from memq.errors import InvalidRequestError, MemqError, NotificationError, UnknownTopicError
+
+__all__ = ["GroupAdmin", "PartitionLag", "ResetPlan", "first_offset_at"]
+
+#: Group states in which members are active (offsets must not be changed then).
+_LIVE = {"stable", "preparing_rebalance", "completing_rebalance"}
+#: Notifications read at most per partition to count records behind (beyond: estimated).
+MAX_LAG_READS = 1000
+
+
+def first_offset_at(probe: NotificationProbe, topic: str, partition: int, ts: int) -> int:
+    """The first offset of the partition whose object reaches ``ts`` (max timestamp >= ts);
+    the end offset when none does. Binary search over notifications (no offsets_for_times)."""
+    lo, hi = probe.watermarks(topic, partition)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        note = probe.read(topic, partition, mid)
+        if note is not None and note.max_timestamp < ts:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@dataclass
+class PartitionLag:
+    partition: int
+    committed: int | None
+    start: int
+    end: int
+    lag_objects: int
+    lag_records: int
+    lag_seconds: float | None
+    records_estimated: bool = False
+
+
+@dataclass
+class ResetPlan:
+    group: str
+    topic: str
+    #: partition -> (current committed offset or None, new offset)
+    moves: dict[int, tuple[int | None, int]] = field(default_factory=dict)
+    executed: bool = False
+
+
+class GroupAdmin:
+    """Group operations against the Kafka the topics' notifications go to."""
+
+    def __init__(
+        self,
+        bootstrap: str | None = None,
+        config: dict[str, Any] | None = None,
+        timeout: float = 15.0,
+    ) -> None:
+        cfg, endpoints = resolve_client(
+            SecureClientConfig.from_mapping(config or {}), split_servers(bootstrap)
+        )
+        self.brokers = endpoints.bootstrap
+        self.security = cfg.security()
+        self.timeout = timeout
+        self._kafka: str | None = None
+        self._names: dict[str, str] = {}  # notification topic -> MemQ topic
+        self._partitions: dict[str, int] = {}  # MemQ topic -> notification partitions
+
+    # --- topology ---------------------------------------------------------------------
+
+    def _load(self, topics: list[str] | None) -> None:
+        meta = fetch_metadata(self.brokers, topics, timeout=self.timeout, security=self.security)
+        for name, t in meta.topics.items():
+            if t.error is not None:
+                if topics is not None:
+                    raise UnknownTopicError(f"topic {name!r}: {t.error}")
+                continue
+            self._names[t.notification["topic"]] = name
+            self._partitions[name] = int(t.notification["partitions"])
+            self._kafka = self._kafka or t.notification["bootstrap_servers"]
+
+    def _note_topic(self, topic: str) -> str:
+        if topic not in self._partitions:
+            self._load([topic])
+        return next(nt for nt, t in self._names.items() if t == topic)
+
+    def _admin(self) -> Any:
+        from confluent_kafka.admin import AdminClient
+
+        if self._kafka is None:
+            self._load(None)
+        if self._kafka is None:
+            raise MemqError("the cluster has no topics yet: no Kafka to ask about groups")
+        return AdminClient({"bootstrap.servers": self._kafka})
+
+    def _probe(self) -> NotificationProbe:
+        assert self._kafka is not None
+        return NotificationProbe({"bootstrap.servers": self._kafka}, timeout=self.timeout)
+
+    # --- reads --------------------------------------------------------------------------
+
+    def _committed(self, admin: Any, group: str) -> dict[tuple[str, int], int]:
+        from confluent_kafka import ConsumerGroupTopicPartitions
+
+        try:
+            res = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])
+            parts = res[group].result(self.timeout).topic_partitions or []
+        except Exception as e:
+            raise NotificationError(f"reading group {group!r}'s offsets failed: {e}") from e
+        return {(p.topic, p.partition): p.offset for p in parts if p.offset >= 0}
+
+    def _describe(self, admin: Any, group: str) -> tuple[str, list[dict[str, Any]]]:
+        """(state, members). Some Kafka-protocol brokers (the local one) report a live
+        group's state but not its members."""
+        try:
+            desc = admin.describe_consumer_groups([group])[group].result(self.timeout)
+        except Exception as e:
+            raise NotificationError(f"describing group {group!r} failed: {e}") from e
+        state = str(getattr(desc.state, "name", desc.state)).lower()
+        out = []
+        for m in desc.members or []:
+            parts = m.assignment.topic_partitions if m.assignment else []
+            out.append(
+                {
+                    "member_id": m.member_id,
+                    "client_id": m.client_id,
+                    "host": m.host,
+                    "partitions": sorted(
+                        [self._names.get(p.topic, p.topic), p.partition] for p in parts
+                    ),
+                }
+            )
+        return state, out
+
+    def _check_stopped(self, admin: Any, group: str) -> None:
+        state, members = self._describe(admin, group)
+        if members or state in _LIVE:
+            raise InvalidRequestError(
+                f"group {group!r} is {state} with {len(members) or 'some'} active member(s): "
+                "stop them first (a live group would overwrite the offsets with its commits)"
+            )
+
+    def list_groups(self) -> list[dict[str, Any]]:
+        """Groups that committed offsets on some MemQ topic, with those topics."""
+        admin = self._admin()
+        self._load(None)
+        try:
+            listed = admin.list_consumer_groups().result(self.timeout).valid
+        except Exception as e:
+            raise NotificationError(f"listing consumer groups failed: {e}") from e
+        out = []
+        for g in sorted(listed, key=lambda g: g.group_id):
+            topics = sorted({self._names[t] for t, _ in self._committed(admin, g.group_id)
+                             if t in self._names})  # fmt: skip
+            if topics:
+                state, _ = self._describe(admin, g.group_id)  # listings may say "unknown"
+                out.append({"group": g.group_id, "state": state, "topics": topics})
+        return out
+
+    def describe(self, group: str, topic: str | None = None) -> dict[str, Any]:
+        """Members, and per topic and partition: committed, end, lag (objects, records,
+        seconds)."""
+        admin = self._admin()
+        if topic is not None:
+            self._note_topic(topic)
+        else:
+            self._load(None)
+        committed = self._committed(admin, group)
+        topics = [topic] if topic else sorted({self._names[t] for t, _ in committed
+                                               if t in self._names})  # fmt: skip
+        if not topics:
+            raise InvalidRequestError(
+                f"group {group!r} has no committed offsets on any MemQ topic: check the name "
+                "(memq group list)"
+            )
+        probe = self._probe()
+        try:
+            out_topics = {t: [asdict(p) for p in self._lags(probe, t, committed)] for t in topics}
+        finally:
+            probe.close()
+        state, members = self._describe(admin, group)
+        return {
+            "group": group,
+            "state": state,
+            "members": members,
+            "topics": out_topics,
+            "lag_objects": sum(p["lag_objects"] for ps in out_topics.values() for p in ps),
+            "lag_records": sum(p["lag_records"] for ps in out_topics.values() for p in ps),
+        }
+
+    def _lags(
+        self, probe: NotificationProbe, topic: str, committed: dict[tuple[str, int], int]
+    ) -> list[PartitionLag]:
+        nt = self._note_topic(topic)
+        out = []
+        now = time.time() * 1000
+        for p in range(self._partitions[topic]):
+            low, high = probe.watermarks(nt, p)
+            at = committed.get((nt, p))
+            pos = max(at if at is not None else low, low)
+            records, estimated, oldest = 0, False, None
+            for off in range(pos, min(high, pos + MAX_LAG_READS)):
+                note = probe.read(nt, p, off)
+                if note is None:
+                    break
+                records += note.record_count
+                oldest = note.min_timestamp if oldest is None else oldest
+            if high - pos > MAX_LAG_READS and records:  # the rest: at the same average
+                records = round(records * (high - pos) / MAX_LAG_READS)
+                estimated = True
+            out.append(
+                PartitionLag(
+                    p, at, low, high, max(0, high - pos), records,
+                    round((now - oldest) / 1000, 3) if oldest is not None else None, estimated,
+                )
+            )  # fmt: skip
+        return out
+
+    # --- changes ------------------------------------------------------------------------
+
+    def reset_offsets(
+        self,
+        group: str,
+        topic: str,
+        *,
+        to: str,
+        value: str | int | None = None,
+        execute: bool = False,
+    ) -> ResetPlan:
+        """Plan (and with ``execute``, apply) new committed offsets for ``group`` on
+        ``topic``. ``to``: earliest, latest, datetime (epoch ms), shift (by ``value``
+        objects), message-id (``partition:offset:block:record``: that partition only)."""
+        admin = self._admin()
+        nt = self._note_topic(topic)
+        if execute:
+            self._check_stopped(admin, group)
+        committed = self._committed(admin, group)
+        plan = ResetPlan(group, topic)
+        probe = self._probe()
+        try:
+            parts = range(self._partitions[topic])
+            if to == "message-id":
+                mid = MessageId.parse(str(value))
+                if mid.partition not in parts:
+                    raise InvalidRequestError(
+                        f"message id {value}: topic {topic!r} has partitions 0-{parts[-1]}"
+                    )
+                parts = range(mid.partition, mid.partition + 1)
+            for p in parts:
+                low, high = probe.watermarks(nt, p)
+                cur = committed.get((nt, p))
+                if to == "earliest":
+                    new = low
+                elif to == "latest":
+                    new = high
+                elif to == "datetime":
+                    new = first_offset_at(probe, nt, p, int(value or 0))
+                elif to == "shift":
+                    new = min(high, max(low, (cur if cur is not None else low) + int(value or 0)))
+                elif to == "message-id":
+                    new = min(high, max(low, MessageId.parse(str(value)).offset))
+                else:
+                    raise InvalidRequestError(
+                        f"unknown reset {to!r}: use earliest, latest, datetime, shift or message-id"
+                    )
+                plan.moves[p] = (cur, new)
+        finally:
+            probe.close()
+        if execute:
+            self._alter(admin, group, nt, plan)
+            plan.executed = True
+        return plan
+
+    def _alter(self, admin: Any, group: str, nt: str, plan: ResetPlan) -> None:
+        from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+        tps = [TopicPartition(nt, p, new) for p, (_, new) in sorted(plan.moves.items())]
+        try:
+            res = admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, tps)])
+            res[group].result(self.timeout)
+        except Exception as e:
+            raise NotificationError(f"setting group {group!r}'s offsets failed: {e}") from e
+
+    def delete(self, group: str) -> None:
+        admin = self._admin()
+        self._check_stopped(admin, group)
+        try:
+            admin.delete_consumer_groups([group])[group].result(self.timeout)
+        except Exception as e:
+            raise NotificationError(f"deleting group {group!r} failed: {e}") from e

@@ -1,0 +1,178 @@
+"""``memq group ...``: consumer groups (list, describe with lag, reset offsets, delete)."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from memq.cli.options import STATE_DIR
+
+app = typer.Typer(
+    help="Consumer groups: list, describe (members, committed offsets, lag), reset offsets, "
+    "delete. A group is a Kafka consumer group on a topic's notification topic.",
+    no_args_is_help=True,
+)
+err = Console(stderr=True, soft_wrap=True)
+
+BOOTSTRAP = typer.Option(
+    None,
+    "--bootstrap-servers",
+    "-b",
+    envvar="MEMQ_BOOTSTRAP",
+    help="Brokers host:port,... (default: the local stack).",
+)
+JSON = typer.Option(False, "--json", help="Print machine-readable JSON.")
+
+
+def _admin(bootstrap: str | None, state_dir: Path | None) -> Any:
+    from memq.consumer.groups import GroupAdmin
+
+    if state_dir is not None:
+        os.environ["MEMQ_STATE_DIR"] = str(state_dir)
+    return GroupAdmin(bootstrap)
+
+
+def _console() -> Console:
+    c = Console()
+    return c if c.is_terminal else Console(width=200)
+
+
+@app.command("list")
+def list_groups(
+    bootstrap: str | None = BOOTSTRAP, state_dir: Path | None = STATE_DIR, as_json: bool = JSON
+) -> None:
+    """Groups with committed offsets on MemQ topics, their state and topics."""
+    groups = _admin(bootstrap, state_dir).list_groups()
+    if as_json:
+        typer.echo(json.dumps(groups, indent=2))
+        return
+    t = Table(title="consumer groups")
+    for col in ("group", "state", "topics"):
+        t.add_column(col)
+    for g in groups:
+        t.add_row(g["group"], g["state"], ", ".join(g["topics"]))
+    _console().print(t)
+
+
+@app.command("describe")
+def describe(
+    group: str = typer.Argument(..., help="Consumer group."),
+    topic: str | None = typer.Option(None, "--topic", "-t", help="Only this topic."),
+    bootstrap: str | None = BOOTSTRAP,
+    state_dir: Path | None = STATE_DIR,
+    as_json: bool = JSON,
+) -> None:
+    """Members and, per partition, the committed notification offset, the end offset and
+    the lag in objects, records (from the pending notifications) and seconds (since the
+    oldest pending record)."""
+    d = _admin(bootstrap, state_dir).describe(group, topic)
+    if as_json:
+        typer.echo(json.dumps(d, indent=2))
+        return
+    c = _console()
+    c.print(f"group [bold]{group}[/bold] ({d['state']}): {len(d['members'])} member(s), lag "
+            f"{d['lag_objects']:,} objects / {d['lag_records']:,} records")  # fmt: skip
+    for m in d["members"]:
+        parts = ", ".join(f"{t}[{p}]" for t, p in m["partitions"]) or "-"
+        c.print(f"  member {m['client_id']} ({m['host']}): {parts}")
+    t = Table()
+    for col in ("topic", "partition", "committed", "end", "lag objects", "lag records", "lag s"):
+        t.add_column(col, justify="right")
+    for name, parts in d["topics"].items():
+        for p in parts:
+            records = f"{p['lag_records']:,}" + ("~" if p["records_estimated"] else "")
+            t.add_row(name, str(p["partition"]), str(p["committed"]), str(p["end"]),
+                      f"{p['lag_objects']:,}", records, str(p["lag_seconds"] or 0))  # fmt: skip
+    c.print(t)
+
+
+def _to_ms(text: str) -> int:
+    from memq.cli.consume import parse_time
+
+    return parse_time(text)
+
+
+@app.command("reset-offsets")
+def reset_offsets(
+    group: str = typer.Argument(..., help="Consumer group (it must have no active member)."),
+    topic: str = typer.Option(..., "--topic", "-t", help="Topic whose offsets to reset."),
+    to_earliest: bool = typer.Option(False, "--to-earliest", help="The oldest objects."),
+    to_latest: bool = typer.Option(False, "--to-latest", help="Skip everything published."),
+    to_datetime: str | None = typer.Option(
+        None, "--to-datetime", help="The first object reaching this time (ISO-8601 or ms)."
+    ),
+    shift_by: int | None = typer.Option(
+        None, "--shift-by", help="Move each partition by N objects (negative: back)."
+    ),
+    to_message_id: str | None = typer.Option(
+        None, "--to-message-id", help="partition:offset:block:record (that partition only)."
+    ),
+    execute: bool = typer.Option(False, "--execute", help="Apply (default: --dry-run)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Only show the plan (default)."),
+    bootstrap: str | None = BOOTSTRAP,
+    state_dir: Path | None = STATE_DIR,
+    as_json: bool = JSON,
+) -> None:
+    """Rewind or advance a stopped group, as kafka-consumer-groups does: prints the plan
+    (partition, current, new); --execute applies it."""
+    chosen = [
+        (name, value)
+        for name, value, given in (
+            ("earliest", None, to_earliest),
+            ("latest", None, to_latest),
+            ("datetime", to_datetime, to_datetime is not None),
+            ("shift", shift_by, shift_by is not None),
+            ("message-id", to_message_id, to_message_id is not None),
+        )
+        if given
+    ]
+    if len(chosen) != 1:
+        raise typer.BadParameter(
+            "give exactly one of --to-earliest, --to-latest, --to-datetime, --shift-by, "
+            "--to-message-id"
+        )
+    if execute and dry_run:
+        raise typer.BadParameter("--execute and --dry-run exclude each other")
+    to, value = chosen[0]
+    if to == "datetime":
+        value = _to_ms(str(value))
+    plan = _admin(bootstrap, state_dir).reset_offsets(
+        group, topic, to=to, value=value, execute=execute
+    )
+    if as_json:
+        doc = {"group": group, "topic": topic, "executed": plan.executed,
+               "partitions": {str(p): {"current": c, "new": n}
+                              for p, (c, n) in sorted(plan.moves.items())}}  # fmt: skip
+        typer.echo(json.dumps(doc, indent=2))
+        return
+    t = Table(
+        title=f"{group} on {topic}: reset to {to}" + (f" {value}" if value is not None else "")
+    )
+    for col in ("partition", "current", "new"):
+        t.add_column(col, justify="right")
+    for p, (cur, new) in sorted(plan.moves.items()):
+        t.add_row(str(p), "-" if cur is None else str(cur), str(new))
+    _console().print(t)
+    err.print("applied" if plan.executed else "dry run: nothing changed (add --execute to apply)")
+
+
+@app.command("delete")
+def delete(
+    group: str = typer.Argument(..., help="Consumer group (it must have no active member)."),
+    yes: bool = typer.Option(False, "--yes", help="Do not ask for confirmation."),
+    bootstrap: str | None = BOOTSTRAP,
+    state_dir: Path | None = STATE_DIR,
+) -> None:
+    """Delete a stopped group and its committed offsets."""
+    if not yes and not typer.confirm(f"delete group {group!r} and its committed offsets?"):
+        err.print(f"group {group} not deleted")
+        raise typer.Exit(1)
+    _admin(bootstrap, state_dir).delete(group)
+    err.print(f"group {group} deleted ({datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC)")
