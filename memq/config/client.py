@@ -92,6 +92,9 @@ class AuditedClientConfig(SecureClientConfig):
     audit_queue_max: int = Field(default=100_000, ge=100, alias="audit.queue.max")
     #: Extra librdkafka settings of the audit producer (security.protocol, sasl.*).
     audit_kafka: dict[str, str | int | float | bool] = Field(default={}, alias="audit.kafka")
+    #: How often ``stats_cb`` (a constructor argument, or a ``stats_cb`` key beside the
+    #: settings, as in confluent-kafka) receives the client's stats dict; 0: never.
+    statistics_interval_ms: int = Field(default=0, ge=0, alias="statistics.interval.ms")
 
     def audit_enabled(self, uses_local_stack: bool) -> bool:
         return self.audit_enable if self.audit_enable is not None else uses_local_stack

@@ -21,6 +21,7 @@ from typing import Any
 
 from memq.audit.client import ClientAudit
 from memq.client.bootstrap import resolve_client
+from memq.client.stats import StatsCollector, split_stats_cb, stats_ticker
 from memq.errors import ClientClosedError, MemqError, MessageTooLargeError
 from memq.formats.block import BLOCK_HEADER_SIZE, Header
 from memq.producer.accumulator import OpenBlock, SealedBlock, record_size
@@ -76,6 +77,7 @@ class Producer:
     def __init__(
         self, config: Mapping[str, Any] | ProducerConfig | None = None, /, **kwargs: Any
     ) -> None:
+        config, stats_cb = split_stats_cb(config, kwargs)
         if isinstance(config, ProducerConfig):
             cfg = config.model_copy(update=kwargs) if kwargs else config
         else:
@@ -101,6 +103,18 @@ class Producer:
         self._open: set[OpenBlock] = set()
         #: Sealed blocks not completed yet (close() fails any the sender never finished).
         self._inflight: set[SealedBlock] = set()
+        self._counts = dict.fromkeys(
+            (
+                "records_acked",
+                "records_failed",
+                "blocks_acked",
+                "blocks_failed",
+                "bytes_acked",
+                "duplicate_blocks_acked",
+            ),
+            0,
+        )
+        self._errors: dict[str, int] = {}  # records failed, by error type
         self._seq: dict[str, int] = {}
         self._limits: dict[str, int] = {}
         self._buffered = 0
@@ -122,6 +136,14 @@ class Producer:
             target=self._loop.run_forever, name="memq-producer-io", daemon=True
         )
         self._thread.start()
+        self._ticker = stats_ticker(
+            lambda: self.stats, stats_cb, cfg.statistics_interval_ms, "memq-producer-stats"
+        )
+
+    def prometheus_collector(self) -> StatsCollector:
+        """A Prometheus collector of :attr:`stats` (``memq_producer_<key>`` gauges):
+        ``registry.register(producer.prometheus_collector())``."""
+        return StatsCollector(lambda: self.stats, "producer", self.config.client_id)
 
     # --- produce ------------------------------------------------------------------------
 
@@ -272,6 +294,17 @@ class Producer:
             self._buffered -= o.reserved
             self._pending_records -= o.count
             self._changed.notify_all()
+            c = self._counts
+            if error is None:
+                c["records_acked"] += o.count
+                c["blocks_acked"] += 1
+                c["bytes_acked"] += o.reserved  # the block's encoded size
+                c["duplicate_blocks_acked"] += bool(meta.get("duplicate"))
+            else:
+                c["records_failed"] += o.count
+                c["blocks_failed"] += 1
+                kind = type(error).__name__
+                self._errors[kind] = self._errors.get(kind, 0) + o.count
         result = o.result
         result.complete(error, **meta)
         if error is None and self._audit is not None:
@@ -355,12 +388,24 @@ class Producer:
             return self._pending_records + sum(acc.count for acc in self._open)
 
     @property
-    def stats(self) -> dict[str, int]:
+    def stats(self) -> dict[str, Any]:
+        """Counters since the producer started (documented in docs/clients.md):
+        records/blocks/bytes acknowledged and failed, failures by error type, requests,
+        retries, blocks in flight, buffer use, audit records."""
+        with self._lock:
+            counts = dict(self._counts)
+            errors = dict(self._errors)
+            inflight = len(self._inflight)
         return {
             "pending_records": len(self),
             "buffered_bytes": self._buffered,
+            "buffer_memory": self.config.buffer_memory,
+            "blocks_in_flight": inflight,
             "requests": self._sender.sent_requests,
             "retries": self._sender.retries,
+            "internal_errors": self._sender.internal_errors,
+            **counts,
+            "errors": errors,
             **(self._audit.stats() if self._audit else {}),
         }
 
@@ -393,6 +438,8 @@ class Producer:
         for block in leftover:
             self._finish(block, ClientClosedError("producer closed before the block was sent"), {})
         self._encoder.shutdown(wait=False)
+        if self._ticker is not None:
+            self._ticker.stop()
         if self._audit is not None:
             self._audit.close()
         if left:
