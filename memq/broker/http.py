@@ -1,14 +1,31 @@
-"""The broker's HTTP side port: Prometheus ``/metrics``, ``/healthz``, ``/readyz``, ``/status``."""
+"""The broker's HTTP side port: Prometheus ``/metrics``, ``/healthz``, ``/readyz``,
+``/status``, HTTP ingest ``POST /v1/topics/{topic}/records`` (:mod:`memq.broker.ingest`)
+and its OpenAPI description ``/openapi.json``."""
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import time
 from typing import TYPE_CHECKING, Any
 
+import msgpack
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from memq.errors import AuthenticationError
-from memq.security import verify_token
+from memq.broker.ingest import OPENAPI, http_status, idempotent_id, parse_records
+from memq.errors import (
+    AuthenticationError,
+    InvalidRequestError,
+    MemqError,
+    MessageTooLargeError,
+    status_for_error,
+)
+from memq.formats.block import encode_block, verify_block
+from memq.formats.compression import Compression
+from memq.formats.keys import validate_name
+from memq.protocol import Ack, WriteAck, parse_ack
+from memq.security import peer_principal, verify_token
 
 if TYPE_CHECKING:
     from memq.broker.server import BrokerServer
@@ -66,7 +83,92 @@ def _app(server: BrokerServer) -> web.Application:
         }
         return web.json_response(doc)
 
-    app = web.Application()
+    def principal_of(req: web.Request) -> str | None:
+        """Who sends a request: a bearer token's subject, or a client certificate's CN;
+        AuthenticationError when the broker enforces auth and neither is there."""
+        if not server.enforcing:
+            return None
+        header = req.headers.get("Authorization", "")
+        if header.startswith("Bearer ") and server.token_secret is not None:
+            return verify_token(server.token_secret, header.removeprefix("Bearer ").strip())[0]
+        auth = server.config.auth
+        if auth is not None and auth.mtls_identity and req.transport is not None:
+            who = peer_principal(req.transport.get_extra_info("ssl_object"))
+            if who:
+                return who
+        raise AuthenticationError(
+            "authentication required: send Authorization: Bearer <token> (memq token create)"
+        )
+
+    async def ingest(req: web.Request) -> web.Response:
+        """One request, one block: stored whole or not at all."""
+        t0 = time.monotonic()
+        topic = req.match_info["topic"]
+        m = server.metrics
+        try:
+            principal = principal_of(req)
+            ack = parse_ack(req.query.get("acks", "all"))
+            try:
+                validate_name("topic", topic)
+            except MemqError as e:
+                raise InvalidRequestError(str(e)) from None
+            server.authorize(principal, "produce", topic)
+            if server.draining:
+                raise server.shutting_down_error()
+            proc = await server.processor_for(topic)
+            body = await req.read()
+            records = parse_records(body, req.content_type)
+            key = req.headers.get("Idempotency-Key")
+            if key is not None:
+                pid, seq = idempotent_id(principal, key), 0
+            else:
+                pid, seq = server.http_producer_id, server.next_http_sequence()
+            loop = asyncio.get_running_loop()
+            block = await loop.run_in_executor(
+                None,
+                functools.partial(
+                    encode_block, records, producer_id=pid, epoch=0, sequence=seq,
+                    compression=Compression.ZSTD,
+                ),
+            )  # fmt: skip
+            limit = proc.config.block_limit
+            if len(block) > limit:
+                raise MessageTooLargeError(
+                    f"these {len(records)} records make a {len(block)}-byte block, over topic "
+                    f"{topic!r}'s limit of {limit} bytes: split the request"
+                )
+            header = verify_block(block)
+            batch, index, dup = await proc.append(memoryview(block), header, t0)
+            answer: dict[str, Any] = {"topic": topic, "records": len(records),
+                                      "producer_id": pid, "sequence": seq}  # fmt: skip
+            if ack == Ack.NONE:
+                m.requests.labels("HTTP_WRITE", "OK").inc()
+                return web.json_response({**answer, "acks": "0"}, status=202)
+            if ack == Ack.LEADER:
+                if not dup:
+                    proc.note_ack1(batch, header.record_count)
+                m.requests.labels("HTTP_WRITE", "OK").inc()
+                return web.json_response({**answer, "acks": "1", "duplicate": dup})
+            stored = await asyncio.shield(batch.done)
+            ok = WriteAck(bucket=stored.bucket, key=stored.key, block=index, duplicate=dup)
+            m.requests.labels("HTTP_WRITE", "OK").inc()
+            m.ack_seconds.labels(topic, "all").observe(time.monotonic() - t0)
+            return web.json_response({**answer, "acks": "all", "stored": ok.model_dump()})
+        except MemqError as e:
+            status = status_for_error(e)
+            m.requests.labels("HTTP_WRITE", status.name).inc()
+            doc: dict[str, Any] = {"error": str(e), "status": status.name}
+            if e.body:  # NOT_WRITER: where to go instead
+                doc["metadata"] = msgpack.unpackb(e.body, raw=False)
+            return web.json_response(doc, status=http_status(e))
+
+    async def openapi(_req: web.Request) -> web.Response:
+        return web.json_response(OPENAPI)
+
+    # Bodies up to a frame: one request is one block (the topic's limit is checked too).
+    app = web.Application(client_max_size=server.config.max_frame_bytes)
+    app.router.add_post("/v1/topics/{topic}/records", ingest)
+    app.router.add_get("/openapi.json", openapi)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)

@@ -8,8 +8,10 @@ by default; the runner passes a clustered one) and offers itself to it as a
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
+import random
 import signal
 import time
 from collections.abc import Callable
@@ -85,6 +87,9 @@ class BrokerServer:
         self._sinks: dict[tuple[Any, ...], NotificationSink] = {}
         self._writers: dict[str, StorageWriter] = {}
         self._load_samples: dict[str, tuple[float, int, float]] = {}
+        #: Block ids of HTTP ingest requests without an Idempotency-Key.
+        self.http_producer_id = random.getrandbits(63)
+        self._http_sequence = itertools.count()
         #: Every topic's batch buffers come from here (bounded by memory_limit_bytes).
         self.pool = BufferPool(config.memory_limit_bytes, self.metrics)
         self._creating: dict[str, asyncio.Future[TopicProcessor]] = {}
@@ -151,6 +156,9 @@ class BrokerServer:
     def set_acls(self, entries: list[AclEntry]) -> None:
         auth = self.config.auth
         self.acls = AclTable(entries, auth.superusers if auth else ())
+
+    def next_http_sequence(self) -> int:
+        return next(self._http_sequence)
 
     def load_report(self) -> LoadReport:
         """Per-topic ingest (MB/s, exponentially smoothed between calls) and pool state."""
