@@ -1,9 +1,11 @@
-"""Audit record: one small JSON object per produced or consumed block (pure, no I/O).
+"""Audit record: one small JSON object per produced, consumed or dropped block (pure).
 
 Producers publish one ``produced`` record per acknowledged block and consumers one
-``consumed`` record per block they handed to the application, to a Kafka audit topic
-(default ``memq.audit``); the auditor matches them by block identity
-``(topic, producer_id, epoch, sequence)`` and, for consumers, the consumer group::
+``consumed`` record per block they handed to the application, and one ``dropped`` record
+per copy of a block they recognised as already handed out (consumer dedup) and did not
+hand out again, to a Kafka audit topic (default ``memq.audit``); the auditor matches
+them by block identity ``(topic, producer_id, epoch, sequence)`` and, for consumers, the
+consumer group::
 
     {"format_version":1,"kind":"produced","topic":"events","producer_id":7,"epoch":0,
      "sequence":42,"records":1000,"content_crc":305419896,"min_timestamp":1763790000000,
@@ -15,11 +17,16 @@ Producers publish one ``produced`` record per acknowledged block and consumers o
 array of its records, exactly as encoded), computed by the producer before compression
 and by the consumer after decompression: equal values mean the consumer handed out the
 records the producer wrote, whatever the codec. ``records`` is the number of records of
-the block (producer) or handed out from it (consumer; fewer after a seek into the
-block). ``time`` is the ack time (producer) or the hand-out time (consumer), in ms since
-the Unix epoch; ``min_timestamp`` is the block's oldest record timestamp, the start of
-the end-to-end latency. ``key``/``bucket`` name the object holding the block (known to
-``acks=all`` producers and to consumers), ``group`` the consumer group (consumers only).
+the block (producer), handed out from it (``consumed``; fewer after a seek into the
+block) or in the dropped copy (``dropped``). ``time`` is the ack time (producer), the
+hand-out time (``consumed``) or the drop time (``dropped``), in ms since the Unix
+epoch; ``min_timestamp`` is the block's oldest record timestamp, the start of the
+end-to-end latency. ``key``/``bucket`` name the object holding the block (known to
+``acks=all`` producers and to consumers; for ``dropped``, the object of the dropped copy),
+``group`` the consumer group (consumers only).
+
+``dropped`` was added within format version 1: an auditor that predates it rejects such
+a record as undecodable (an unknown ``kind``) and counts it with the rejected records.
 
 ``crc`` protects the record like a notification's (CRC-32 of the canonical JSON of all
 other fields), so a damaged record is rejected instead of miscounted.
@@ -37,6 +44,7 @@ from memq.formats.crcjson import decode_crc_json, encode_crc_json, field_error
 __all__ = [
     "AUDIT_VERSION",
     "MAX_AUDIT_RECORD_SIZE",
+    "AuditKind",
     "AuditRecord",
     "decode_audit",
     "encode_audit",
@@ -44,6 +52,9 @@ __all__ = [
 
 AUDIT_VERSION = 1
 MAX_AUDIT_RECORD_SIZE = 16 * 1024
+
+#: ``dropped`` came later within version 1 (older auditors reject it as undecodable).
+AuditKind = Literal["produced", "consumed", "dropped"]
 
 _Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9._-]{1,249}$")]
 _U32 = Annotated[int, Field(ge=0, le=0xFFFFFFFF)]
@@ -53,12 +64,12 @@ _Short = Annotated[str, Field(max_length=256)]
 
 
 class AuditRecord(BaseModel):
-    """What a producer or consumer reports about one block."""
+    """What a producer or consumer reports about one block (or one dropped copy of it)."""
 
     model_config = ConfigDict(frozen=True, strict=True, extra="ignore")
 
     format_version: int = AUDIT_VERSION
-    kind: Literal["produced", "consumed"]
+    kind: AuditKind
     topic: _Name
     producer_id: _U64
     epoch: _U32

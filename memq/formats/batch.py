@@ -27,7 +27,6 @@ single block by its (offset, length).
 from __future__ import annotations
 
 import struct
-import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -47,6 +46,7 @@ from memq.formats.block import (
     decode_records,
     verify_block,
 )
+from memq.formats.crc import crc32
 
 __all__ = [
     "BATCH_MAGIC",
@@ -148,7 +148,7 @@ def encode_batch_header(headers: Sequence[BlockHeader]) -> bytes:
         _ENTRY.pack_into(out, pos, *_entry_for(h, offset))
         offset += h.size
         pos += _ENTRY_SIZE
-    _CRC.pack_into(out, pos, zlib.crc32(memoryview(out)[:pos]))
+    _CRC.pack_into(out, pos, crc32(memoryview(out)[:pos]))
     return bytes(out)
 
 
@@ -198,7 +198,7 @@ def decode_batch_header(
     view = memoryview(buf)
     crc_pos = hlen - _CRC.size
     (stored,) = _CRC.unpack_from(view, crc_pos)
-    computed = zlib.crc32(view[:crc_pos])
+    computed = crc32(view[:crc_pos])
     if stored != computed:
         raise ChecksumError(
             f"batch header CRC mismatch: stored {stored:#010x}, computed {computed:#010x}"

@@ -30,7 +30,6 @@ int (ms), ``key`` bin or nil, ``value`` bin, ``headers`` nil or an array of
 from __future__ import annotations
 
 import struct
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +39,7 @@ import msgpack
 from memq.errors import BadMagicError, ChecksumError, MalformedError, TruncatedError
 from memq.errors import UnsupportedVersionError as _UnsupportedVersion
 from memq.formats.compression import Compression, compress, decompress
+from memq.formats.crc import crc32
 
 __all__ = [
     "BLOCK_HEADER_SIZE",
@@ -141,7 +141,7 @@ def encode_block_with_crc(
     block, raw = _encode(
         records, producer_id, epoch, sequence, compression, min_timestamp, max_timestamp
     )
-    return block, zlib.crc32(raw)
+    return block, crc32(raw)
 
 
 def _encode(
@@ -186,7 +186,7 @@ def _encode(
         len(raw),
         len(body),
     )
-    crc = zlib.crc32(body, zlib.crc32(memoryview(rest)[_CRC_START:], zlib.crc32(rest[:4])))
+    crc = crc32(body, crc32(memoryview(rest)[_CRC_START:], crc32(rest[:4])))
     return b"".join((rest[:4], crc.to_bytes(4, "big"), rest[_CRC_START:], body)), raw
 
 
@@ -243,7 +243,7 @@ def verify_block(
     if exact and len(buf) != end:
         raise MalformedError(f"{len(buf) - end} unexpected bytes after a {end}-byte block")
     view = memoryview(buf)
-    crc = zlib.crc32(view[_CRC_START:end], zlib.crc32(view[:4]))
+    crc = crc32(view[_CRC_START:end], crc32(view[:4]))
     if crc != header.crc:
         raise ChecksumError(
             f"block CRC mismatch: stored {header.crc:#010x}, computed {crc:#010x} "
@@ -329,7 +329,7 @@ def decode_columns_with_crc(
 ) -> tuple[Columns, int]:
     """:func:`decode_columns` plus the CRC-32 of the uncompressed record payload."""
     raw = _payload(buf, header)
-    return _columns(_unpack_raw(raw, header), header), zlib.crc32(raw)
+    return _columns(_unpack_raw(raw, header), header), crc32(raw)
 
 
 def _columns(recs: tuple[Any, ...], header: BlockHeader) -> Columns:

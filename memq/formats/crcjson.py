@@ -9,12 +9,12 @@ detected even where the document still parses.
 from __future__ import annotations
 
 import json
-import zlib
 from typing import Any
 
 from pydantic import ValidationError
 
 from memq.errors import ChecksumError, MalformedError
+from memq.formats.crc import crc32
 
 __all__ = ["canonical", "decode_crc_json", "encode_crc_json", "field_error"]
 
@@ -25,7 +25,7 @@ def canonical(fields: dict[str, Any]) -> bytes:
 
 def encode_crc_json(fields: dict[str, Any]) -> bytes:
     """``fields`` (modified: ``crc`` appended) as canonical JSON."""
-    fields["crc"] = zlib.crc32(canonical(fields))
+    fields["crc"] = crc32(canonical(fields))
     return canonical(fields)
 
 
@@ -48,7 +48,7 @@ def decode_crc_json(
     crc = obj.pop("crc", None)
     if type(crc) is not int:
         raise MalformedError(f"{what} has no integer crc field")
-    if zlib.crc32(canonical(obj)) != crc:
+    if crc32(canonical(obj)) != crc:
         raise ChecksumError(f"{what} crc does not match its content: it was corrupted")
     return obj
 

@@ -27,7 +27,6 @@ by ``request_id``.
 from __future__ import annotations
 
 import struct
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import IntEnum
@@ -40,6 +39,7 @@ from memq.errors import (
     TruncatedError,
     UnsupportedVersionError,
 )
+from memq.formats.crc import crc32
 
 __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",
@@ -135,9 +135,9 @@ def _frame_parts(
     stable = _STABLE.pack(PROTOCOL_VERSION, flags, type_, request_id)
     length = 4 + _STABLE.size + sum(len(p) for p in parts)
     _check_u("length", length, 32)
-    crc = zlib.crc32(stable)
+    crc = crc32(stable)
     for p in parts:
-        crc = zlib.crc32(p, crc)
+        crc = crc32(p, crc)
     return [_PREFIX.pack(length, crc) + stable, *parts]
 
 
@@ -250,7 +250,7 @@ class FrameDecoder:
             end = pos + 4 + length
             payload = bytes(buf[pos + FRAME_HEADER_SIZE : end])
             self._pos = end
-            ok = zlib.crc32(payload, zlib.crc32(stable)) == crc
+            ok = crc32(payload, crc32(stable)) == crc
             yield RawFrame(version, flags, type_, rid, payload, ok)
 
 
@@ -343,7 +343,7 @@ def _raw_from(view: memoryview, owner: bytes | bytearray) -> RawFrame:
     """A RawFrame over one complete frame; the payload is a view of ``owner`` (no copy)."""
     crc = int.from_bytes(view[4:8], "big")
     version, flags, type_, rid = _STABLE.unpack_from(view, 8)
-    ok = zlib.crc32(view[8:]) == crc
+    ok = crc32(view[8:]) == crc
     return RawFrame(version, flags, type_, rid, view[FRAME_HEADER_SIZE:], ok)
 
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import bisect
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 from memq.formats.block import Header, Record, encode_block, encode_block_with_crc
@@ -102,6 +105,34 @@ class OpenBlock:
             if self.sealed or self.size + size > self.capacity:
                 return None
             return self.add(ts, key, value, headers, size, on_delivery)
+
+    def try_add_many(
+        self,
+        ts: int,
+        keys: Sequence[bytes | None] | None,
+        values: Sequence[bytes],
+        totals: Sequence[int],
+        start: int,
+    ) -> int:
+        """Add as many of ``values[start:]`` (in order) as fit; returns how many.
+
+        The bulk path: list extends only (C loops), no per-record future or callback.
+        ``totals[i]`` is the size of records ``0..i-1`` together (``totals[0] == 0``).
+        """
+        with self.lock:
+            if self.sealed:
+                return 0
+            end = bisect.bisect_right(totals, totals[start] + self.capacity - self.size) - 1
+            n = end - start
+            if n <= 0:
+                return 0
+            self.timestamps.extend(repeat(ts, n))
+            self.keys.extend(repeat(None, n) if keys is None else keys[start:end])
+            self.values.extend(values[start:end])
+            self.headers.extend(repeat(None, n))
+            self.count += n
+            self.size += totals[end] - totals[start]
+            return n
 
     def close(self) -> bool:
         """Mark sealed; False if it already was (someone else seals it)."""

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 from memq.errors import MemqError, RequestTimeoutError
 
-__all__ = ["BlockResult", "DeliveryCallback", "RecordFuture", "RecordMetadata"]
+__all__ = ["BatchFuture", "BlockResult", "DeliveryCallback", "RecordFuture", "RecordMetadata"]
 
 log = logging.getLogger(__name__)
 
@@ -138,3 +139,38 @@ class RecordFuture:
 
     def add_done_callback(self, fn: Callable[[RecordFuture], Any]) -> None:
         self._block.on_done(lambda: fn(self))
+
+
+class BatchFuture:
+    """The result of one ``produce_batch()``: every record of the call, in its blocks."""
+
+    __slots__ = ("_parts", "topic")
+
+    def __init__(self, topic: str, parts: list[tuple[BlockResult, int]]) -> None:
+        self.topic = topic
+        self._parts = parts
+
+    @property
+    def records(self) -> int:
+        return sum(n for _, n in self._parts)
+
+    def done(self) -> bool:
+        return all(r.done() for r, _ in self._parts)
+
+    def exception(self, timeout: float | None = None) -> MemqError | None:
+        """The first error among the call's blocks (None: all acknowledged)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for r, _ in self._parts:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not r.wait(left):
+                raise RequestTimeoutError(
+                    f"{self.records} records of {self.topic!r} not delivered within {timeout} s"
+                )
+        return next((r.error for r, _ in self._parts if r.error is not None), None)
+
+    def result(self, timeout: float | None = None) -> int:
+        """How many records were acknowledged (all of them), or raise the first error."""
+        err = self.exception(timeout)
+        if err is not None:
+            raise err
+        return self.records

@@ -12,11 +12,13 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import operator
 import random
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from itertools import accumulate, repeat
 from typing import Any
 
 from memq.audit.client import ClientAudit
@@ -24,9 +26,9 @@ from memq.client.bootstrap import resolve_client
 from memq.client.stats import StatsCollector, split_stats_cb, stats_ticker
 from memq.errors import ClientClosedError, MemqError, MessageTooLargeError
 from memq.formats.block import BLOCK_HEADER_SIZE, Header
-from memq.producer.accumulator import OpenBlock, SealedBlock, record_size
+from memq.producer.accumulator import RECORD_OVERHEAD, OpenBlock, SealedBlock, record_size
 from memq.producer.config import ProducerConfig
-from memq.producer.futures import DeliveryCallback, RecordFuture
+from memq.producer.futures import BatchFuture, BlockResult, DeliveryCallback, RecordFuture
 from memq.producer.sender import Sender
 from memq.protocol import Ack
 
@@ -213,6 +215,59 @@ class Producer:
                     return fut
                 self._seal(acc)  # full (a no-op if linger or flush sealed it already)
             blocks[topic] = self._open_block(topic, limit)
+
+    def produce_batch(
+        self,
+        topic: str,
+        values: Sequence[bytes],
+        keys: Sequence[bytes | None] | None = None,
+        timestamp: int | None = None,
+    ) -> BatchFuture:
+        """Queue many records at once: the bulk path for high rates.
+
+        The records share one timestamp and carry no headers; there is no future or
+        callback per record: the returned :class:`BatchFuture` resolves once every block
+        holding them is acknowledged (or raises the first error). Records keep their
+        order. Per-record Python work is limited to C-level list operations.
+        """
+        if self._closed:
+            raise ClientClosedError("producer is closed")
+        if not isinstance(values, list):
+            values = list(values)
+        if values and set(map(type, values)) != {bytes}:
+            values = [v if type(v) is bytes else _as_bytes(v, "value") for v in values]
+        if keys is not None:
+            if len(keys) != len(values):
+                raise ValueError(f"{len(keys)} keys for {len(values)} values")
+            keys = [k if k is None or type(k) is bytes else _as_bytes(k, "key") for k in keys]
+        ts = int(time.time() * 1000) if timestamp is None else int(timestamp)
+        limit = self._limits.get(topic) or self._block_limit(topic)
+        # Record sizes (value + key + framing) with C-level loops only.
+        sizes = list(map(operator.add, map(len, values), repeat(RECORD_OVERHEAD)))
+        if keys is not None:
+            sizes = list(map(operator.add, sizes, (len(k) if k else 0 for k in keys)))
+        if sizes and max(sizes) + BLOCK_HEADER_SIZE > limit:
+            raise MessageTooLargeError(
+                f"a record of {max(sizes)} bytes does not fit in a block of at most {limit} "
+                "bytes (batch.size, capped by the topic's max_block_bytes)"
+            )
+        totals = list(accumulate(sizes, initial=0))
+        parts: list[tuple[BlockResult, int]] = []
+        blocks: dict[str, OpenBlock] | None = getattr(self._local, "blocks", None)
+        if blocks is None:
+            blocks = self._local.blocks = {}
+        done, n = 0, len(values)
+        while done < n:
+            acc = blocks.get(topic)
+            if acc is not None:
+                added = acc.try_add_many(ts, keys, values, totals, done)
+                if added:
+                    parts.append((acc.result, added))
+                    done += added
+                    continue
+                self._seal(acc)  # full
+            blocks[topic] = self._open_block(topic, limit)
+        return BatchFuture(topic, parts)
 
     def _open_block(self, topic: str, limit: int) -> OpenBlock:
         """A new open block for the calling thread, holding ``limit`` bytes of budget."""
