@@ -59,6 +59,7 @@ from memq.protocol import (
     TopicListResponse,
     TopicUpdate,
 )
+from memq.storage_handlers.kafka_topics import sync_notification_retention
 
 __all__ = ["ClusterMember"]
 
@@ -440,6 +441,8 @@ class ClusterMember:
         from kazoo.exceptions import NodeExistsError
 
         cfg = self._validated(name, settings)
+        if self.zk.exists(self.layout.topic(name)) is None:  # its notification topic first
+            sync_notification_retention(cfg, self.config.cluster)
         try:
             self.zk.create(self.layout.topic(name), dumps(cfg), makepath=True)
         except NodeExistsError:
@@ -456,13 +459,16 @@ class ClusterMember:
         data, stat = read_json(self.zk, self.layout.topic(name))
         if data is None or stat is None:
             raise UnknownTopicError(f"topic {name!r} does not exist: create it first")
-        current = TopicConfig.model_validate(data).model_dump(by_alias=True)
+        before = TopicConfig.model_validate(data)
+        current = before.model_dump(by_alias=True)
         try:
             cfg = validate_model(
                 TopicConfig, deep_merge(current, {**settings, "name": name}), f"topic {name}"
             )
         except ConfigError as e:
             raise InvalidRequestError(str(e)) from None
+        # Kafka first (raises if it refuses): never store a retention Kafka does not keep.
+        sync_notification_retention(cfg, self.config.cluster, before)
         try:
             self.zk.set(self.layout.topic(name), dumps(cfg), version=stat.version)
         except BadVersionError:

@@ -22,6 +22,7 @@ from memq.config import (
     BrokerConfig,
     FilesystemConfig,
     NotificationConfig,
+    RetentionConfig,
     S3Config,
     StorageConfig,
     TopicConfig,
@@ -142,6 +143,13 @@ def render() -> str:
             "`topic_defaults` takes every key but `name`.",
         ),
         _table("Batching (`batch`)", BatchConfig),
+        _table(
+            "Retention (`retention`)",
+            RetentionConfig,
+            "Change it at run time with `memq topic update NAME --set retention.ms=...`: "
+            "the notification topic's Kafka retention.ms is raised first, or nothing changes. "
+            "See docs/operations.md, Retention.",
+        ),
         _table("Storage (`storage`)", StorageConfig),
         _table("S3 storage (`storage.s3`)", S3Config),
         _table("Filesystem storage (`storage.filesystem`)", FilesystemConfig),

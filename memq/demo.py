@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import sys
 import tempfile
 import time
@@ -284,8 +285,9 @@ def _backfill(
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
+    tmp = tempfile.mkdtemp(prefix="memq-demo-backfill-")
     try:
-        out = tempfile.mkdtemp(prefix="memq-demo-backfill-") + "/parquet"
+        out = tmp + "/parquet"
         options = {
             "bucket": state.bucket,
             "cluster": CLUSTER,
@@ -303,11 +305,15 @@ def _backfill(
         )
     finally:
         session.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
     if got != expected:
         raise MemqError(f"backfill differs from what was produced ({sum(got.values())} rows)")
     res.backfill_records = result.records
     res.timings["Spark backfill to Parquet"] = time.perf_counter() - t0
-    say(f"Spark backfilled {result.records:,} records from {result.objects} objects to {out}")
+    say(
+        f"Spark backfilled {result.records:,} records from {result.objects} objects to "
+        "Parquet (checked, then removed)"
+    )
     res.checks.append(
         f"Spark backfill read {result.objects} objects straight from S3: "
         f"{result.records:,} records, equal to those produced"

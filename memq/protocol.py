@@ -71,15 +71,18 @@ class Ack(IntEnum):
 
 
 def parse_ack(value: str | int) -> Ack:
-    """Kafka spellings: ``0``, ``1``, ``all`` / ``-1``."""
+    """Kafka spellings: ``0``, ``1``, ``all`` / ``-1`` (an :class:`Ack` passes as is; the
+    wire value 2 is not a setting: Kafka rejects ``acks=2``)."""
+    if isinstance(value, Ack):
+        return value
     v = str(value).strip().lower()
-    if v in {"all", "-1", "2"}:
+    if v in {"all", "-1"}:
         return Ack.ALL
     if v == "1":
         return Ack.LEADER
     if v == "0":
         return Ack.NONE
-    raise InvalidRequestError(f"acks must be 0, 1 or all, got {value!r}")
+    raise InvalidRequestError(f"acks must be 0, 1 or all (-1 is all), got {value!r}")
 
 
 def encode_write_header(topic: str, ack: Ack) -> bytes:

@@ -1,7 +1,7 @@
 """The storage interface: a small writer side and a small reader side.
 
-Writers store one sealed batch object and return where it went; readers read a byte
-range and list a prefix. Implementations are synchronous and thread-safe; the
+Writers store one sealed batch object and return where it went (and delete objects:
+an orphan, or many at once for retention); readers read a byte range and list a prefix. Implementations are synchronous and thread-safe; the
 broker calls writers from a thread pool so uploads never block its event loop.
 A :class:`StorageHandler` names one implementation and builds its two sides
 (:mod:`memq.storage_handlers.registry` picks it by the ``storage.type`` name).
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import io
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from memq.config import StorageConfig
 
 __all__ = [
+    "DeleteResult",
     "ObjectInfo",
     "StorageHandler",
     "StorageReader",
@@ -47,6 +48,17 @@ class StoredObject:
 class ObjectInfo:
     key: str
     size: int
+    #: When the object was stored (ms since the epoch), when the storage says.
+    modified_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteResult:
+    """What a :meth:`StorageWriter.delete_many` call removed, and what it could not."""
+
+    deleted: tuple[str, ...] = ()
+    #: key -> why it was not deleted.
+    failed: tuple[tuple[str, str], ...] = ()
 
 
 class StorageWriter(ABC):
@@ -62,6 +74,22 @@ class StorageWriter(ABC):
 
     def delete(self, key: str) -> None:  # noqa: B027 - optional hook
         """Remove an object this writer stored (an orphan whose notification failed)."""
+
+    def delete_many(self, keys: Sequence[str]) -> DeleteResult:
+        """Remove many objects (retention, purge); a missing one counts as deleted.
+
+        Never raises for a single object: failures are reported per key. The default
+        deletes one at a time; handlers override it with a batched call.
+        """
+        deleted: list[str] = []
+        failed: list[tuple[str, str]] = []
+        for key in keys:
+            try:
+                self.delete(key)
+                deleted.append(key)
+            except Exception as e:
+                failed.append((key, str(e)))
+        return DeleteResult(tuple(deleted), tuple(failed))
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections and threads."""
@@ -117,6 +145,17 @@ class StorageHandler(ABC):
         ``overrides`` replace advertised fields (e.g. an ``endpoint_url`` reachable from
         this client, or a ``root`` where the filesystem is mounted here).
         """
+
+    @classmethod
+    def deleter(
+        cls,
+        public_settings: Mapping[str, Any],
+        cluster: str,
+        overrides: Mapping[str, Any] | None = None,
+    ) -> StorageWriter:
+        """A writer for the storage a broker advertises, used to delete objects (retention,
+        purge): the same settings and ``overrides`` as :meth:`reader`."""
+        raise unreadable(cls.name)
 
 
 def unreadable(kind: object) -> ConfigError:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -19,6 +19,7 @@ from memq.config import FilesystemConfig, StorageConfig
 from memq.errors import ConfigError, ObjectNotFoundError, StorageError
 from memq.formats.keys import object_key, validate_name
 from memq.storage_handlers.base import (
+    DeleteResult,
     ObjectInfo,
     StorageHandler,
     StorageReader,
@@ -79,6 +80,30 @@ class FilesystemWriter(StorageWriter):
     def delete(self, key: str) -> None:
         _safe_path(self.root, key).unlink(missing_ok=True)
 
+    def delete_many(self, keys: Sequence[str]) -> DeleteResult:
+        """Unlink each object, then remove the directories left empty (up to the root)."""
+        deleted: list[str] = []
+        failed: list[tuple[str, str]] = []
+        dirs: set[Path] = set()
+        for key in keys:
+            try:
+                path = _safe_path(self.root, key)
+                path.unlink(missing_ok=True)
+            except (OSError, StorageError) as e:
+                failed.append((key, str(e)))
+                continue
+            deleted.append(key)
+            dirs.add(path.parent)
+        for leaf in sorted(dirs, key=lambda p: len(p.parts), reverse=True):
+            d = leaf
+            while d != self.root and d.is_relative_to(self.root):
+                try:
+                    d.rmdir()  # only when empty
+                except OSError:
+                    break
+                d = d.parent
+        return DeleteResult(tuple(deleted), tuple(failed))
+
 
 class FilesystemReader(StorageReader):
     name: ClassVar[str] = "filesystem"
@@ -116,7 +141,8 @@ class FilesystemReader(StorageReader):
                 full = Path(dirpath) / f
                 key = full.relative_to(root).as_posix()
                 if key.startswith(prefix):
-                    found.append(ObjectInfo(key, full.stat().st_size))
+                    st = full.stat()
+                    found.append(ObjectInfo(key, st.st_size, st.st_mtime_ns // 1_000_000))
         yield from sorted(found, key=lambda o: o.key)
 
     def list_dirs(self, bucket: str, prefix: str) -> list[str]:
@@ -151,3 +177,16 @@ class FilesystemHandler(StorageHandler):
         object's ``bucket`` (the writer's absolute root)."""
         root = {**public_settings, **(overrides or {})}.get("root")
         return FilesystemReader(FilesystemConfig(root=str(root)) if root else None)
+
+    @classmethod
+    def deleter(
+        cls,
+        public_settings: Mapping[str, Any],
+        cluster: str,
+        overrides: Mapping[str, Any] | None = None,
+    ) -> StorageWriter:
+        s = {**public_settings, **(overrides or {})}
+        if not s.get("root"):
+            raise ConfigError("filesystem storage without a root: nothing to delete from")
+        cfg = FilesystemConfig(root=str(s["root"]), use_hash_prefix=bool(s.get("use_hash_prefix")))
+        return FilesystemWriter(cfg, cluster)

@@ -62,8 +62,10 @@ def ensure_topic(
     extra: dict[str, Any] | None = None,
     timeout: float = 15.0,
     what: str = "notification topic",
+    configs: dict[str, str] | None = None,
 ) -> bool:
-    """Create ``topic`` if missing; True when it was created by this call."""
+    """Create ``topic`` if missing, with the Kafka topic ``configs`` (e.g. ``retention.ms``);
+    True when it was created by this call (an existing topic is left as it is)."""
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
@@ -78,7 +80,14 @@ def ensure_topic(
     if tmeta is not None and tmeta.error is None and tmeta.partitions:
         return False
     fut = admin.create_topics(
-        [NewTopic(topic, num_partitions=partitions, replication_factor=replication_factor)],
+        [
+            NewTopic(
+                topic,
+                num_partitions=partitions,
+                replication_factor=replication_factor,
+                config=dict(configs or {}),
+            )
+        ],
         operation_timeout=timeout,
         request_timeout=timeout,
     )[topic]

@@ -16,7 +16,7 @@ from memq.storage_handlers.devnull import DevNullHandler
 from memq.storage_handlers.filesystem import FilesystemHandler
 from memq.storage_handlers.s3 import S3Handler
 
-__all__ = ["HANDLERS", "make_reader", "make_writer"]
+__all__ = ["HANDLERS", "make_deleter", "make_reader", "make_writer"]
 
 HANDLERS: dict[str, type[StorageHandler]] = {
     h.name: h for h in (S3Handler, FilesystemHandler, DevNullHandler)
@@ -44,3 +44,15 @@ def make_reader(
     if handler is None:
         raise unreadable(kind)
     return handler.reader(storage, overrides)
+
+
+def make_deleter(
+    storage: Mapping[str, Any], cluster: str, overrides: Mapping[str, Any] | None = None
+) -> StorageWriter:
+    """A writer that deletes objects of the storage a broker advertises (retention, purge);
+    settings as for :func:`make_reader`."""
+    kind = {**storage, **(overrides or {})}.get("type")
+    handler = HANDLERS.get(kind) if isinstance(kind, str) else None
+    if handler is None:
+        raise unreadable(kind)
+    return handler.deleter(storage, cluster, overrides)

@@ -10,7 +10,13 @@ Figures for a group are computed over the blocks *produced* in the asked window:
   groups that read from the beginning, ``strict`` counts every block of the window;
 - ``pending``: the same within the grace period (in flight, not yet a loss);
 - ``duplicates``: blocks handed out more than once (a retried block stored twice, a
-  redelivery after a crash: at-least-once), with the extra records;
+  redelivery after a crash: at-least-once), with the extra records: what the consumer's
+  dedup did not catch;
+- ``dropped duplicates``: copies of a block the consumer recognised as already handed out
+  and dropped (``dropped`` records), with their records: dedup at work, not a problem.
+  A block belongs to the window by its ack time, or by when a copy was first dropped
+  when it has no produced record. A dropped copy is never a consumption: it neither
+  makes a block a duplicate nor a missing block consumed;
 - ``mismatches``: blocks whose consumer ``content_crc`` differs from the producer's;
 - ``unaudited``: consumed blocks with no produced record (audit off or dropped there);
 - latency: hand-out time minus the block's oldest record timestamp, p50 and p99.
@@ -57,6 +63,8 @@ class GroupFigures:
     pending_records: int = 0
     duplicate_blocks: int = 0
     duplicate_records: int = 0
+    dropped_duplicate_blocks: int = 0
+    dropped_duplicate_records: int = 0
     mismatches: int = 0
     unaudited_blocks: int = 0
     unaudited_records: int = 0
@@ -88,12 +96,17 @@ class Figures:
 
     def topics(self) -> list[str]:
         rows = self._conn().execute(
-            "SELECT DISTINCT topic FROM produced UNION SELECT DISTINCT topic FROM consumed"
+            "SELECT DISTINCT topic FROM produced UNION SELECT DISTINCT topic FROM consumed "
+            "UNION SELECT DISTINCT topic FROM dropped"
         )
         return sorted(str(t) for (t,) in rows)
 
     def groups(self, topic: str) -> list[str]:
-        rows = self._conn().execute("SELECT DISTINCT grp FROM consumed WHERE topic = ?", (topic,))
+        rows = self._conn().execute(
+            "SELECT DISTINCT grp FROM consumed WHERE topic = ? "
+            "UNION SELECT DISTINCT grp FROM dropped WHERE topic = ?",
+            (topic, topic),
+        )
         return sorted(str(g) for (g,) in rows)
 
     def watch_start(self, topic: str, group: str) -> int | None:
@@ -199,6 +212,14 @@ class Figures:
             (topic, group, since_ms, now_ms),
         ).fetchone()
         gf.unaudited_blocks, gf.unaudited_records = int(row[0]), int(row[1])
+        row = conn.execute(
+            "SELECT COALESCE(SUM(d.copies), 0), COALESCE(SUM(d.records), 0) FROM dropped d "
+            "LEFT JOIN produced p ON p.topic = d.topic AND p.producer_id = d.producer_id "
+            "AND p.epoch = d.epoch AND p.sequence = d.sequence WHERE d.topic = ? AND d.grp = ? "
+            "AND COALESCE(p.acked_ms, d.first_ms) BETWEEN ? AND ?",
+            (topic, group, since_ms, now_ms),
+        ).fetchone()
+        gf.dropped_duplicate_blocks, gf.dropped_duplicate_records = int(row[0]), int(row[1])
         last = conn.execute(
             "SELECT MAX(last_ms) FROM consumed WHERE topic = ? AND grp = ?", (topic, group)
         ).fetchone()[0]

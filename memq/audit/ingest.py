@@ -6,6 +6,15 @@ they produced, so a restart neither loses nor double counts), picks up partition
 later, decodes each record (undecodable ones are counted and skipped) and applies them in
 batches; it also prunes rows older than the retention. A failed iteration is logged,
 counted and kept in :attr:`Ingester.error` (``/healthz`` shows it), then retried.
+
+Stored offsets only describe the topic they were read from. With every partition refresh
+the ingest compares the audit topic's Kafka topic id with the one stored next to the
+offsets: a different id (a new Kafka, such as the dev stack's in-memory one after `memq
+dev down` / `up`, or a topic deleted and created again) drops the offsets and re-reads the
+topic from the beginning, as a Kafka consumer does on out-of-range offsets, and logs it
+(:func:`resync_reason` decides). A Kafka without topic ids falls back to the watermarks
+(a stored offset beyond a partition's end). Offsets that go backwards while reading (Kafka
+reset the position) are stored as they are, so a restart resumes from there.
 """
 
 from __future__ import annotations
@@ -13,7 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from memq.audit.config import AuditorConfig
@@ -22,12 +31,43 @@ from memq.audit.store import AuditStore, Ingest
 from memq.errors import MemqFormatError
 from memq.formats.audit import decode_audit
 
-__all__ = ["PRUNE_EVERY_S", "REFRESH_PARTITIONS_S", "Ingester"]
+__all__ = ["PRUNE_EVERY_S", "REFRESH_PARTITIONS_S", "Ingester", "resync_reason"]
 
 log = logging.getLogger(__name__)
 
 PRUNE_EVERY_S = 600.0
 REFRESH_PARTITIONS_S = 10.0
+#: What Kafka answers for the topic id of a topic when it has none (before Kafka 2.8).
+_NO_TOPIC_ID = frozenset({"", "AAAAAAAAAAAAAAAAAAAAAA", "00000000-0000-0000-0000-000000000000"})
+
+
+def resync_reason(
+    stored_id: str | None,
+    current_id: str | None,
+    stored: Mapping[int, int],
+    ends: Mapping[int, int],
+) -> str | None:
+    """Why the stored offsets of the audit topic no longer describe it (None: they do).
+
+    ``stored_id``/``current_id``: the topic id the offsets were read from and the topic's
+    id now (None: unknown, or a Kafka without topic ids); ``stored``: the next offset per
+    partition; ``ends``: the high watermark per partition, consulted only when Kafka has
+    no topic ids (Tansu, for one, reports the end of a multi-record batch low).
+    """
+    if stored_id is not None and current_id is not None and stored_id != current_id:
+        return (
+            f"is a different topic than the stored offsets were read from (topic id "
+            f"{stored_id} -> {current_id}: a new Kafka, or the topic was created again)"
+        )
+    if current_id is None:
+        beyond = {p: (o, ends[p]) for p, o in sorted(stored.items()) if p in ends and o > ends[p]}
+        if beyond:
+            where = ", ".join(f"partition {p}: {o} > end {e}" for p, (o, e) in beyond.items())
+            return (
+                f"ends before the stored offsets ({where}: a new Kafka, or the topic was "
+                "created again)"
+            )
+    return None
 
 
 class Ingester:
@@ -53,6 +93,10 @@ class Ingester:
         self.last_loop = time.monotonic()
         self.error: str | None = None
         self.assigned: set[int] = set()
+        #: Offset expected next per assigned partition (None: from the beginning).
+        self._next: dict[int, int | None] = {}
+        #: How many times the stored offsets were dropped and the topic re-read.
+        self.resyncs = 0
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self.run, name="memq-audit-ingest", daemon=True)
@@ -89,6 +133,18 @@ class Ingester:
             }
         )
 
+    def _kafka_admin(self) -> Any:
+        from confluent_kafka.admin import AdminClient
+
+        k = self.config.kafka
+        security: dict[str, Any] = {
+            key: v
+            for key, v in k.consumer.items()
+            if key.startswith(("security.", "sasl.", "ssl."))
+        }
+        conf: dict[str, Any] = {"bootstrap.servers": k.bootstrap_servers, "logger": log}
+        return AdminClient({**conf, **security})
+
     def run(self) -> None:
         """The loop (the thread's target): until :meth:`stop`."""
         from memq.storage_handlers.kafka_sink import ensure_topic
@@ -107,6 +163,7 @@ class Ingester:
                 self.last_loop = time.monotonic()
                 self._stop.wait(2.0)
         consumer = self._kafka_consumer()
+        admin = self._kafka_admin()
         next_refresh = 0.0
         next_prune = time.monotonic() + 5.0
         try:
@@ -115,6 +172,7 @@ class Ingester:
                 self.metrics.last_ingest.set(time.time())
                 try:
                     if self.last_loop >= next_refresh:
+                        self._check_topic(consumer, admin)
                         self._assign_new_partitions(consumer)
                         next_refresh = self.last_loop + REFRESH_PARTITIONS_S
                     if self.last_loop >= next_prune:
@@ -136,6 +194,58 @@ class Ingester:
         finally:
             consumer.close()
 
+    def _topic_id(self, admin: Any) -> str | None:
+        """The audit topic's Kafka topic id; None when Kafka has none. Raises when Kafka
+        cannot say (then nothing is decided)."""
+        from confluent_kafka import TopicCollection
+
+        topic = self.config.audit_topic
+        desc = admin.describe_topics(TopicCollection([topic]), request_timeout=10)[topic].result(15)
+        tid = str(desc.topic_id) if desc.topic_id is not None else ""
+        return None if tid in _NO_TOPIC_ID else tid
+
+    def _check_topic(self, consumer: Any, admin: Any) -> None:
+        """Drop the stored offsets and re-read the audit topic from the beginning when it
+        is not the topic they were read from (see :func:`resync_reason`)."""
+        from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+        topic = self.config.audit_topic
+        try:
+            current = self._topic_id(admin)
+        except Exception as e:  # Kafka unreachable, topic not there yet: decide later
+            log.debug("audit topic %s: no topic id (%s)", topic, e)
+            return
+        stored_id = self.store.topic_id(topic)
+        stored = self.store.offsets(topic)
+        ends: dict[int, int] = {}
+        if current is None and stored:
+            try:
+                for p in stored:
+                    _low, high = consumer.get_watermark_offsets(
+                        TopicPartition(topic, p), timeout=10, cached=False
+                    )
+                    ends[p] = high
+            except Exception as e:
+                log.debug("audit topic %s: no watermarks (%s)", topic, e)
+                return
+        reason = resync_reason(stored_id, current, stored, ends)
+        if reason is None:
+            if current is not None and current != stored_id:
+                self.store.set_topic_id(topic, current)
+            return
+        dropped = self.store.resync(topic, current)
+        self.resyncs += 1
+        log.warning(
+            "auditor: audit topic %s %s: re-reading it from the beginning (dropped stored "
+            "offsets %s; figures already stored stay)",
+            topic, reason, dropped,
+        )  # fmt: skip
+        if self.assigned:
+            parts = sorted(self.assigned)
+            consumer.incremental_unassign([TopicPartition(topic, p) for p in parts])
+            consumer.incremental_assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
+        self._next = dict.fromkeys(self.assigned)
+
     def _assign_new_partitions(self, consumer: Any) -> None:
         from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
@@ -152,22 +262,35 @@ class Ingester:
             [TopicPartition(topic, p, stored.get(p, OFFSET_BEGINNING)) for p in new]
         )
         self.assigned.update(new)
+        self._next.update({p: stored.get(p) for p in new})
         log.info("auditor reading %s partitions %s (stored offsets %s)", topic, new, stored)
 
     def _ingest_once(self, consumer: Any) -> None:
         msgs = consumer.consume(self.config.ingest_batch, 0.5)
         items: list[Ingest] = []
         rejected: list[tuple[str, int, int]] = []
+        backwards: dict[int, int] = {}
         for m in msgs:
             if m.error() is not None:
                 log.debug("audit topic: %s", m.error())
                 continue
             where = (m.topic(), m.partition(), m.offset())
+            expected = self._next.get(m.partition())
+            if expected is not None and m.offset() < expected and m.partition() not in backwards:
+                backwards[m.partition()] = m.offset()  # Kafka reset the position
+            self._next[m.partition()] = m.offset() + 1
             try:
                 items.append(Ingest(decode_audit(m.value() or b""), *where))
             except MemqFormatError as e:
                 rejected.append(where)
                 log.warning("skipping audit record %s/%d@%d: %s", *where, e)
+        if backwards:
+            log.warning(
+                "auditor: audit topic %s went back to offsets %s (Kafka reset the position: "
+                "a new Kafka, or a recreated topic); storing them as they are",
+                self.config.audit_topic, backwards,
+            )  # fmt: skip
+            self.store.reset_offsets(self.config.audit_topic, backwards)
         if not items and not rejected:
             return
         self.store.apply(items, rejected)

@@ -43,6 +43,15 @@ class AuditorMetrics:
         self.duplicate_blocks = Gauge(
             "memq_audit_duplicate_blocks", "Blocks consumed more than once", labels, registry=r
         )
+        self.dropped_duplicate_blocks = Gauge(
+            "memq_audit_dropped_duplicate_blocks",
+            "Block copies the consumer recognised as already handed out and dropped",
+            labels, registry=r,
+        )  # fmt: skip
+        self.dropped_duplicate_records = Gauge(
+            "memq_audit_dropped_duplicate_records", "Records of the dropped block copies",
+            labels, registry=r,
+        )  # fmt: skip
         self.mismatches = Gauge(
             "memq_audit_mismatched_blocks", "Blocks whose consumer content CRC differs",
             labels, registry=r,
@@ -72,6 +81,8 @@ class AuditorMetrics:
                 self.missing_records.labels(*lab).set(g["missing_records"])
                 self.pending_records.labels(*lab).set(g["pending_records"])
                 self.duplicate_blocks.labels(*lab).set(g["duplicate_blocks"])
+                self.dropped_duplicate_blocks.labels(*lab).set(g["dropped_duplicate_blocks"])
+                self.dropped_duplicate_records.labels(*lab).set(g["dropped_duplicate_records"])
                 self.mismatches.labels(*lab).set(g["mismatches"])
                 self.consumed_records.labels(*lab).set(g["consumed_records"])
                 p99 = g["latency_p99_ms"]

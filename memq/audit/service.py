@@ -156,6 +156,7 @@ class Auditor:
             "ingest": {
                 "produced_records": counters.get("produced_records", 0),
                 "consumed_records": counters.get("consumed_records", 0),
+                "dropped_records": counters.get("dropped_records", 0),
                 "rejected_records": counters.get("rejected_records", 0),
                 "partitions": sorted(self.ingest.assigned),
                 "offsets": self.store.offsets(self.config.audit_topic),

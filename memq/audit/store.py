@@ -1,11 +1,16 @@
-"""The auditor's state in SQLite: the blocks reported produced and consumed, and offsets.
+"""The auditor's state in SQLite: the blocks reported produced, consumed and dropped.
 
-One row per produced block ``(topic, producer_id, epoch, sequence)`` and one per block a
-consumer group handed out ``(topic, group, producer_id, epoch, sequence)``; the Kafka
+One row per produced block ``(topic, producer_id, epoch, sequence)``, one per block a
+consumer group handed out ``(topic, group, producer_id, epoch, sequence)`` and one per
+block of which a group dropped copies (``dropped``: the copies and their records, kept
+apart from ``consumed`` so a dropped copy never counts as a consumption); the Kafka
 offsets of the audit topic are stored in the same transaction as the rows they produced,
 so a restarted auditor resumes exactly where it stopped (nothing lost, nothing counted
 twice). WAL mode lets the HTTP API read while the ingest thread writes; each thread uses
 its own connection.
+
+Tables are created with ``CREATE TABLE IF NOT EXISTS`` on every open, so a file written
+before a table existed (``dropped``) gains it and keeps working (same schema version).
 
 This module owns the file: connections, schema, writes (:meth:`AuditStore.apply`,
 :meth:`AuditStore.prune`), offsets and counters. What the rows mean (consumed, missing,
@@ -53,6 +58,14 @@ CREATE TABLE IF NOT EXISTS consumed (
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS consumed_by_time ON consumed (topic, grp, first_ms);
 CREATE INDEX IF NOT EXISTS consumed_by_block ON consumed (topic, producer_id, epoch, sequence);
+CREATE TABLE IF NOT EXISTS dropped (
+    topic TEXT NOT NULL, grp TEXT NOT NULL, producer_id INTEGER NOT NULL,
+    epoch INTEGER NOT NULL, sequence INTEGER NOT NULL, copies INTEGER NOT NULL DEFAULT 1,
+    records INTEGER NOT NULL, first_ms INTEGER NOT NULL, last_ms INTEGER NOT NULL,
+    object_key TEXT, client TEXT,
+    PRIMARY KEY (topic, grp, producer_id, epoch, sequence)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS dropped_by_time ON dropped (topic, grp, first_ms);
 CREATE TABLE IF NOT EXISTS offsets (
     kafka_topic TEXT NOT NULL, partition INTEGER NOT NULL, next_offset INTEGER NOT NULL,
     PRIMARY KEY (kafka_topic, partition)
@@ -75,6 +88,17 @@ ON CONFLICT (topic, grp, producer_id, epoch, sequence) DO UPDATE SET
     times = times + 1,
     records = records + excluded.records,
     crc_conflict = crc_conflict OR content_crc != excluded.content_crc,
+    first_ms = MIN(first_ms, excluded.first_ms),
+    last_ms = MAX(last_ms, excluded.last_ms)
+"""
+
+_INSERT_DROPPED = """
+INSERT INTO dropped (topic, grp, producer_id, epoch, sequence, records, first_ms, last_ms,
+                     object_key, client)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (topic, grp, producer_id, epoch, sequence) DO UPDATE SET
+    copies = copies + 1,
+    records = records + excluded.records,
     first_ms = MIN(first_ms, excluded.first_ms),
     last_ms = MAX(last_ms, excluded.last_ms)
 """
@@ -150,6 +174,7 @@ class AuditStore:
         """
         produced: list[tuple[Any, ...]] = []
         consumed: list[tuple[Any, ...]] = []
+        dropped: list[tuple[Any, ...]] = []
         offsets: dict[tuple[str, int], int] = {}
         for item in batch:
             r = item.record
@@ -159,10 +184,15 @@ class AuditStore:
                     (r.topic, pid, r.epoch, seq, r.records, r.content_crc, r.min_timestamp,
                      r.time, r.acks, r.bucket, r.key, r.client)
                 )  # fmt: skip
-            else:
+            elif r.kind == "consumed":
                 consumed.append(
                     (r.topic, r.group or "", pid, r.epoch, seq, r.records, r.content_crc,
                      r.time, r.time, r.key, r.client)
+                )  # fmt: skip
+            else:  # "dropped": a copy the consumer did not hand out (never a consumption)
+                dropped.append(
+                    (r.topic, r.group or "", pid, r.epoch, seq, r.records, r.time, r.time,
+                     r.key, r.client)
                 )  # fmt: skip
             tp = (item.kafka_topic, item.partition)
             offsets[tp] = max(offsets.get(tp, -1), item.offset + 1)
@@ -173,6 +203,7 @@ class AuditStore:
         try:
             conn.executemany(_INSERT_PRODUCED, produced)
             conn.executemany(_INSERT_CONSUMED, consumed)
+            conn.executemany(_INSERT_DROPPED, dropped)
             conn.executemany(
                 "INSERT INTO offsets VALUES (?, ?, ?) ON CONFLICT (kafka_topic, partition) "
                 "DO UPDATE SET next_offset = MAX(next_offset, excluded.next_offset)",
@@ -181,6 +212,7 @@ class AuditStore:
             for name, n in (
                 ("produced_records", len(produced)),
                 ("consumed_records", len(consumed)),
+                ("dropped_records", len(dropped)),
                 ("rejected_records", len(rejected)),
             ):
                 if n:
@@ -193,7 +225,7 @@ class AuditStore:
         except BaseException:
             conn.execute("ROLLBACK")
             raise
-        return len(produced) + len(consumed)
+        return len(produced) + len(consumed) + len(dropped)
 
     def offsets(self, kafka_topic: str) -> dict[int, int]:
         rows = self._conn().execute(
@@ -201,16 +233,67 @@ class AuditStore:
         )
         return {int(p): int(o) for p, o in rows}
 
+    # The Kafka topic id the stored offsets of an audit topic belong to (meta table): a
+    # different id means a different topic (a new Kafka, or deleted and created again).
+
+    def topic_id(self, kafka_topic: str) -> str | None:
+        row = (
+            self._conn()
+            .execute("SELECT v FROM meta WHERE k = ?", (f"topic_id:{kafka_topic}",))
+            .fetchone()
+        )
+        return None if row is None else str(row[0])
+
+    def set_topic_id(self, kafka_topic: str, topic_id: str) -> None:
+        self._conn().execute(
+            "INSERT INTO meta VALUES (?, ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v",
+            (f"topic_id:{kafka_topic}", topic_id),
+        )
+
+    def resync(self, kafka_topic: str, topic_id: str | None) -> dict[int, int]:
+        """Forget the offsets of ``kafka_topic`` (it is re-read from the beginning) and
+        record its new id, in one transaction; returns the offsets dropped. The figures
+        already stored stay."""
+        conn = self._conn()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            dropped = self.offsets(kafka_topic)
+            conn.execute("DELETE FROM offsets WHERE kafka_topic = ?", (kafka_topic,))
+            key = f"topic_id:{kafka_topic}"
+            if topic_id is None:
+                conn.execute("DELETE FROM meta WHERE k = ?", (key,))
+            else:
+                conn.execute(
+                    "INSERT INTO meta VALUES (?, ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v",
+                    (key, topic_id),
+                )
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        return dropped
+
+    def reset_offsets(self, kafka_topic: str, offsets: dict[int, int]) -> None:
+        """Set the next offsets of partitions to these values, even lower ones (Kafka
+        reset them: :meth:`apply` only ever moves offsets forward)."""
+        self._conn().executemany(
+            "INSERT INTO offsets VALUES (?, ?, ?) ON CONFLICT (kafka_topic, partition) "
+            "DO UPDATE SET next_offset = excluded.next_offset",
+            [(kafka_topic, p, o) for p, o in offsets.items()],
+        )
+
     def counters(self) -> dict[str, int]:
         return {str(n): int(v) for n, v in self._conn().execute("SELECT * FROM counters")}
 
     def prune(self, before_ms: int) -> int:
-        """Forget blocks acked (and consumptions handed out) before ``before_ms``."""
+        """Forget blocks acked (and consumptions handed out, copies dropped) before
+        ``before_ms``."""
         conn = self._conn()
         conn.execute("BEGIN IMMEDIATE")
         try:
             n = conn.execute("DELETE FROM produced WHERE acked_ms < ?", (before_ms,)).rowcount
             n += conn.execute("DELETE FROM consumed WHERE last_ms < ?", (before_ms,)).rowcount
+            n += conn.execute("DELETE FROM dropped WHERE last_ms < ?", (before_ms,)).rowcount
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")

@@ -12,7 +12,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from memq.cli.options import STATE_DIR
+from memq.cli.options import STATE_DIR, positive, topic_name
 
 topic_app = typer.Typer(
     help="Create, inspect, change and delete topics (clustered brokers).", no_args_is_help=True
@@ -64,13 +64,13 @@ def parse_settings(pairs: list[str]) -> dict[str, Any]:
 
 @topic_app.command("create")
 def create(
-    name: str = typer.Argument(..., help="Topic name."),
+    name: str = typer.Argument(..., callback=topic_name, help="Topic name."),
     settings: list[str] = SET,
     expected_mbps: float | None = typer.Option(
-        None, help="Expected ingest (MB/s): sizes the writer set."
+        None, callback=positive, help="Expected ingest (MB/s): sizes the writer set."
     ),
     partitions: int | None = typer.Option(
-        None, help="Notification topic partitions (read parallelism)."
+        None, min=1, help="Notification topic partitions (read parallelism)."
     ),
     if_not_exists: bool = typer.Option(
         False, "--if-not-exists", help="Succeed if the topic exists."
@@ -98,7 +98,7 @@ def create(
 
 @topic_app.command("update")
 def update(
-    name: str = typer.Argument(..., help="Topic name."),
+    name: str = typer.Argument(..., callback=topic_name, help="Topic name."),
     settings: list[str] = SET,
     bootstrap: str | None = BOOTSTRAP,
     state_dir: Path | None = STATE_DIR,
@@ -117,18 +117,23 @@ def update(
 
 @topic_app.command("delete")
 def delete(
-    name: str = typer.Argument(..., help="Topic name."),
+    name: str = typer.Argument(..., callback=topic_name, help="Topic name."),
     yes: bool = typer.Option(False, "--yes", help="Do not ask for confirmation."),
+    purge: bool = typer.Option(
+        False, "--purge", help="Also delete its objects (every prefix) and notification topic."
+    ),
     bootstrap: str | None = BOOTSTRAP,
     state_dir: Path | None = STATE_DIR,
 ) -> None:
-    """Delete a topic: its writers seal their open batches and stop. Stored objects and
-    notifications stay (use S3 lifecycle rules and Kafka retention)."""
-    if not yes and not typer.confirm(f"delete topic {name!r}?"):
+    """Delete a topic: its writers seal their open batches and stop. With --purge its
+    objects and notification topic are deleted too (after the writers' last uploads);
+    without, it prints exactly what stays (bucket and prefixes, notification topic)."""
+    from memq.cli.retention import delete_topic
+
+    if not yes and not typer.confirm(f"delete topic {name!r}{' and purge it' if purge else ''}?"):
         err.print(f"topic {name} not deleted")
         raise typer.Exit(1)
-    _admin(bootstrap, state_dir).delete_topic(name)
-    err.print(f"topic {name} deleted")
+    delete_topic(_admin(bootstrap, state_dir), name, purge=purge)
 
 
 @topic_app.command("list")
@@ -156,14 +161,17 @@ def list_topics(
 
 @topic_app.command("describe")
 def describe(
-    name: str = typer.Argument(..., help="Topic name."),
+    name: str = typer.Argument(..., callback=topic_name, help="Topic name."),
     bootstrap: str | None = BOOTSTRAP,
     state_dir: Path | None = STATE_DIR,
     as_json: bool = JSON,
 ) -> None:
     """A topic's writers, settings (batch.ms, batch.bytes, ring_size, ...), storage,
     notification topic and limits."""
+    from memq.cli.retention import kafka_view
+
     d = _admin(bootstrap, state_dir).describe_topic(name)
+    d["notification_kafka"] = kafka = kafka_view(d.get("notification") or {})
     if as_json:
         typer.echo(json.dumps(d, indent=2))
         return
@@ -186,6 +194,12 @@ def describe(
             t.add_row(k, "-" if v is None else str(v))
     t.add_row("storage", json.dumps(d.get("storage")))
     t.add_row("notification", json.dumps(d.get("notification")))
+    parts, ret = kafka.get("partitions"), kafka.get("retention_ms")
+    why = kafka.get("error") or kafka.get("retention_note")
+    t.add_row("notification partitions (Kafka)", str(parts) if parts else f"unknown: {why}")
+    t.add_row(
+        "notification retention.ms (Kafka)", str(ret) if ret is not None else f"unknown: {why}"
+    )
     _console().print(t)
 
 

@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from memq.cli.options import STATE_DIR
+from memq.cli.options import STATE_DIR, topic_name
 from memq.client.profile import load_profile
 from memq.errors import ConfigError, MemqError
 
@@ -115,7 +115,9 @@ def _when(ms: int) -> str:
 
 @app.command()
 def report(
-    topic: str = typer.Option(..., "--topic", "-t", help="Topic to report on."),
+    topic: str = typer.Option(
+        ..., "--topic", "-t", callback=topic_name, help="Topic to report on."
+    ),
     since: str = typer.Option("1h", help="Window start: 10m, 2h, 1d, ISO-8601 or epoch ms."),
     group: str | None = typer.Option(None, "--group", "-g", help="Only this consumer group."),
     grace: str | None = typer.Option(
@@ -132,13 +134,14 @@ def report(
     db: Path | None = typer.Option(
         None, help="Read this auditor SQLite file directly instead of asking a running auditor."
     ),
-    limit: int = typer.Option(20, help="Missing blocks to list per group."),
+    limit: int = typer.Option(20, min=0, help="Missing blocks to list per group."),
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
     state_dir: Path | None = STATE_DIR,
 ) -> None:
-    """Produced, consumed, missing, pending, duplicates, mismatches and latency for a topic.
-    Exit 0 when nothing is missing, 1 when records are missing or mismatched, 2 when there
-    is no audit data for the topic (nothing can be proven)."""
+    """Produced, consumed, missing, pending, duplicates (handed out twice), duplicates the
+    consumers dropped, mismatches and latency for a topic. Exit 0 when nothing is
+    missing, 1 when records are missing or mismatched, 2 when there is no audit data for
+    the topic (nothing can be proven)."""
     params = {
         "since": since,
         "topic": topic,
@@ -228,8 +231,8 @@ def _print(
         out.print("[yellow]no consumer group has reported consuming this topic[/yellow]")
         return
     table = Table()
-    for col in ("group", "consumed", "missing", "pending", "duplicates", "mismatches",
-                "unaudited", "p50", "p99", "status"):  # fmt: skip
+    for col in ("group", "consumed", "missing", "pending", "duplicates", "dups dropped",
+                "mismatches", "unaudited", "p50", "p99", "status"):  # fmt: skip
         table.add_column(col, justify="left" if col in {"group", "status"} else "right")
     colour = {"ok": "green", "warn": "yellow", "missing": "red", "unconsumed": "dim"}
     for g in t["groups"]:
@@ -239,6 +242,7 @@ def _print(
             f"{g['missing_records']:,}",
             f"{g['pending_records']:,}",
             f"{g['duplicate_records']:,} ({g['duplicate_blocks']} blocks)",
+            f"{g['dropped_duplicate_records']:,} ({g['dropped_duplicate_blocks']} copies)",
             str(g["mismatches"]),
             f"{g['unaudited_records']:,}",
             _fmt_ms(g["latency_p50_ms"]),

@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from memq.cli.options import STATE_DIR
+from memq.cli.options import STATE_DIR, non_empty, positive, topic_name
 from memq.errors import MemqError
 
 err = Console(stderr=True, soft_wrap=True)
@@ -28,20 +28,36 @@ BOOTSTRAP = typer.Option(
 
 
 def parse_time(text: str) -> int:
-    """ISO-8601 (a naive time is UTC) or epoch milliseconds -> epoch ms."""
+    """ISO-8601 (a naive time is UTC) or epoch milliseconds -> epoch ms (never before
+    1970: a usage error)."""
     if text.strip().lstrip("-").isdigit():
-        return int(text)
-    try:
-        t = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise typer.BadParameter(
-            f"{text!r} is not ISO-8601 (e.g. 2026-11-22T05:00:00Z) or epoch ms"
-        ) from None
-    if t.tzinfo is None:
-        from datetime import UTC
+        ms = int(text)
+    else:
+        try:
+            t = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            raise typer.BadParameter(
+                f"{text!r} is not ISO-8601 (e.g. 2026-11-22T05:00:00Z) or epoch ms"
+            ) from None
+        if t.tzinfo is None:
+            from datetime import UTC
 
-        t = t.replace(tzinfo=UTC)
-    return int(t.timestamp() * 1000)
+            t = t.replace(tzinfo=UTC)
+        ms = int(t.timestamp() * 1000)
+    if ms < 0:
+        raise typer.BadParameter(f"{text!r} is before 1970 (epoch ms must be 0 or more)")
+    return ms
+
+
+def _time_option(value: str | None) -> str | None:
+    if value is not None:
+        parse_time(value)
+    return value
+
+
+#: Group session settings for the local Kafka, which assigns partitions about
+#: session.timeout.ms / 2 after a join (45 s by default): what the demo uses.
+LOCAL_GROUP_SETTINGS = {"session.timeout.ms": "6000", "heartbeat.interval.ms": "1000"}
 
 
 def _use_state_dir(state_dir: Path | None) -> None:
@@ -50,42 +66,53 @@ def _use_state_dir(state_dir: Path | None) -> None:
 
 
 def consume(
-    topic: str = typer.Option(..., "--topic", "-t", help="Topic to read."),
+    topic: str = typer.Option(..., "--topic", "-t", callback=topic_name, help="Topic to read."),
     group: str = typer.Option(
         "memq-cli",
         "--group",
         "-g",
+        callback=non_empty,
         help="Consumer group (a Kafka group on the notification topic).",
     ),
     from_beginning: bool = typer.Option(
         False, help="Start at the oldest object of every partition."
     ),
     from_time: str | None = typer.Option(
-        None, help="Start at the first record at/after this time (ISO-8601 or epoch ms)."
+        None,
+        callback=_time_option,
+        help="Start at the first record at/after this time (ISO-8601 or epoch ms).",
     ),
-    max_records: int | None = typer.Option(None, "--max", help="Stop after this many records."),
+    max_records: int | None = typer.Option(
+        None, "--max", min=1, help="Stop after this many records."
+    ),
     fmt: str = typer.Option(
         "raw", "--format", help="raw (values, one per line) or json (one object per line)."
     ),
     no_commit: bool = typer.Option(False, "--no-commit", help="Do not commit offsets."),
     timeout: float = typer.Option(
-        10.0, help="Stop after this many seconds without a record, once joined (0: never)."
+        10.0,
+        min=0,
+        help="Stop after this many seconds without a record, once joined (0: never).",
     ),
     join_timeout: float = typer.Option(
-        120.0, help="Give up if the group assigns no partition in this time."
+        120.0, callback=positive, help="Give up if the group assigns no partition in this time."
     ),
     props: list[str] = typer.Option(
         [],
         "--property",
         "-X",
-        help="Consumer setting KEY=VALUE, e.g. -X session.timeout.ms=6000 (repeatable).",
+        help="Consumer setting KEY=VALUE, e.g. -X session.timeout.ms=6000 (repeatable). "
+        "On the local stack (no --bootstrap-servers) session.timeout.ms=6000 and "
+        "heartbeat.interval.ms=1000 unless set here: its Kafka assigns partitions about "
+        "session.timeout.ms / 2 after a join.",
     ),
     bootstrap: str | None = BOOTSTRAP,
     state_dir: Path | None = STATE_DIR,
 ) -> None:
     """Print records of a topic. raw: each value on its own line; json: one object per line
     with id (partition:offset:block:record), key, value (UTF-8 text, else null with
-    key_b64/value_b64), headers, timestamp. Progress on stderr; a summary at the end."""
+    key_b64/value_b64), headers, timestamp. Progress on stderr (on a terminal: "joining
+    group ..." until the group assigns partitions); a summary at the end."""
     from memq import Consumer
     from memq.jsonlines import record_json
 
@@ -99,25 +126,34 @@ def consume(
     }
     if bootstrap:
         conf["bootstrap.servers"] = bootstrap
+    else:  # the local stack: join its Kafka's group in seconds, not 23 s
+        conf.update(LOCAL_GROUP_SETTINGS)
     for prop in props:
         k, sep, v = prop.partition("=")
-        if not sep:
+        if not sep or not k.strip():
             raise typer.BadParameter(f"-X {prop!r}: use KEY=VALUE")
         conf[k.strip()] = v.strip()
+    start_ms = parse_time(from_time) if from_time is not None else None
     c = Consumer(conf)
     c.subscribe(topic)
     if from_beginning:
         c.seek_to_beginning()
-    elif from_time is not None:
-        c.seek_to_time(parse_time(from_time))
+    elif start_ms is not None:
+        c.seek_to_time(start_ms)
     out = sys.stdout
     n = nbytes = 0
     t0 = time.monotonic()
     last: float | None = None  # the idle clock starts once the group assigned partitions
     tty = err.is_terminal
+    joining = err.status(f"joining group {group!r} for topic {topic!r}...") if tty else None
+    if joining is not None:
+        joining.start()
     try:
         while max_records is None or n < max_records:
             batch = c.consume(min(500, (max_records or 500) - n) if max_records else 500, 1.0)
+            if joining is not None and (batch or c.assignment()):
+                joining.stop()
+                joining = None
             if not batch:
                 now = time.monotonic()
                 if last is None and c.assignment():
@@ -144,6 +180,8 @@ def consume(
     except KeyboardInterrupt:
         pass
     finally:
+        if joining is not None:
+            joining.stop()
         if not no_commit:
             c.commit()
         elapsed = time.monotonic() - t0
@@ -175,7 +213,7 @@ def _reader_for(uri: str, storage: dict[str, Any]) -> tuple[Any, str, str]:
 
 def cat(
     uri: str = typer.Argument(..., help="s3://bucket/key or a local file path."),
-    records: int = typer.Option(0, help="Also print the first N records (json lines)."),
+    records: int = typer.Option(0, min=0, help="Also print the first N records (json lines)."),
     endpoint_url: str | None = typer.Option(
         None, envvar="MEMQ_S3_ENDPOINT", help="S3 endpoint (default: AWS, or the local stack's)."
     ),
@@ -189,6 +227,12 @@ def cat(
     from memq.formats.keys import parse_object_key
     from memq.jsonlines import iso_ms, record_json
 
+    if uri.startswith("s3://") and not uri[5:].partition("/")[2]:
+        raise typer.BadParameter(
+            f"{uri!r} names a bucket, not an object: use s3://bucket/key (`memq peek` and "
+            "`memq produce` print object keys)",
+            param_hint="URI",
+        )
     storage: dict[str, Any] = {"endpoint_url": endpoint_url, "region": region}
     if uri.startswith("s3://") and endpoint_url is None:
         from memq.client.profile import load_profile
@@ -261,8 +305,8 @@ def cat(
 
 
 def peek(
-    topic: str = typer.Option(..., "--topic", "-t", help="Topic to inspect."),
-    last: int = typer.Option(5, help="How many of the newest objects per partition."),
+    topic: str = typer.Option(..., "--topic", "-t", callback=topic_name, help="Topic to inspect."),
+    last: int = typer.Option(5, min=1, help="How many of the newest objects per partition."),
     bootstrap: str | None = BOOTSTRAP,
     state_dir: Path | None = STATE_DIR,
 ) -> None:
@@ -278,8 +322,7 @@ def peek(
     meta = fetch_metadata(endpoints.bootstrap, [topic], security=sec.security())
     tm = meta.topics.get(topic)
     if tm is None or tm.error:
-        err.print(f"[red]topic {topic!r}: {tm.error if tm else 'unknown'}[/red]")
-        raise typer.Exit(1)
+        raise MemqError(tm.error if tm and tm.error else f"unknown topic {topic!r}")
     nt = tm.notification["topic"]
     probe = NotificationProbe({"bootstrap.servers": tm.notification["bootstrap_servers"]})
     t = Table(title=f"{topic}: newest {last} objects per partition ({nt})")

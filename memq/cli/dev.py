@@ -24,17 +24,28 @@ err = Console(stderr=True)
 @app.command()
 def up(
     state_dir: Path | None = STATE_DIR,
-    s3_port: int | None = typer.Option(None, help="Fixed port for S3 (default: a free one)."),
-    kafka_port: int | None = typer.Option(None, help="Fixed port for Kafka (default: a free one)."),
-    zk_port: int | None = typer.Option(
-        None, help="Fixed port for ZooKeeper (default: a free one)."
+    s3_port: int | None = typer.Option(
+        None, min=1, max=65535, help="Fixed port for S3 (default: a free one)."
     ),
-    brokers: int = typer.Option(1, min=0, max=16, help="MemQ brokers to start (0: servers only)."),
+    kafka_port: int | None = typer.Option(
+        None, min=1, max=65535, help="Fixed port for Kafka (default: a free one)."
+    ),
+    zk_port: int | None = typer.Option(
+        None, min=1, max=65535, help="Fixed port for ZooKeeper (default: a free one)."
+    ),
+    brokers: int | None = typer.Option(
+        None,
+        min=0,
+        max=16,
+        show_default="1",
+        help="MemQ brokers to start, clustered through the ZooKeeper (0: servers only). On "
+        "a running stack with another count: an error saying what to do.",
+    ),
     auditor: bool = typer.Option(
         True, "--auditor/--no-auditor", help="Start the auditor and its dashboard."
     ),
     auditor_port: int | None = typer.Option(
-        None, help="Fixed port for the audit dashboard (default: a free one)."
+        None, min=1, max=65535, help="Fixed port for the audit dashboard (default: a free one)."
     ),
     tls: bool = typer.Option(
         False,
@@ -44,10 +55,11 @@ def up(
     ),
 ) -> None:
     """Start the servers (skipping any named by MEMQ_S3_ENDPOINT, MEMQ_KAFKA_BOOTSTRAP,
-    MEMQ_ZK_CONNECT), wait until each is ready, then start the MemQ broker(s) with
-    auto_create_topics on, and the auditor (dashboard URL in the table). Clients (memq
-    produce, memq.Producer) find them through the state dir when no bootstrap is given,
-    and then emit audit records by default."""
+    MEMQ_ZK_CONNECT), wait until each is ready, then start the MemQ broker(s), clustered
+    through the ZooKeeper (`memq topic ...` works) with auto_create_topics on, and the
+    auditor (dashboard URL in the table; a new Kafka gets a new audit database). Clients
+    (memq produce, memq.Producer) find them through the state dir when no bootstrap is
+    given, and then emit audit records by default."""
     s = DevStack(state_dir)
     t0 = time.monotonic()
     with err.status("starting the local stack...") as status:
@@ -145,7 +157,9 @@ def status(
 @app.command()
 def down(
     state_dir: Path | None = STATE_DIR,
-    timeout: float = typer.Option(10.0, help="Seconds to wait after SIGTERM before SIGKILL."),
+    timeout: float = typer.Option(
+        10.0, min=0, help="Seconds to wait after SIGTERM before SIGKILL."
+    ),
 ) -> None:
     """Stop every process the stack started (and only those)."""
     s = DevStack(state_dir)
@@ -157,7 +171,7 @@ def down(
 def logs(
     name: str = typer.Argument("all", help="s3, kafka, zookeeper, a broker name, or all."),
     state_dir: Path | None = STATE_DIR,
-    lines: int = typer.Option(40, "--lines", "-n", help="Lines to show from the end."),
+    lines: int = typer.Option(40, "--lines", "-n", min=0, help="Lines to show from the end."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines."),
 ) -> None:
     """Show the log of one component (or the tail of all of them)."""
@@ -170,7 +184,7 @@ def logs(
         if len(paths) > 1:
             out.rule(n)
         text = p.read_text(errors="replace").splitlines() if p.exists() else []
-        for line in text[-lines:]:
+        for line in text[len(text) - lines :] if lines else []:
             typer.echo(line)
     if follow:
         handles = {n: open(p, errors="replace") for n, p in paths.items()}  # noqa: SIM115

@@ -22,6 +22,7 @@ from memq.cli import demo as demo_cmd
 from memq.cli import dev as dev_cmd
 from memq.cli import group as group_cmd
 from memq.cli import produce as produce_cmd
+from memq.cli import retention as retention_cmd
 from memq.cli import token as token_cmd
 from memq.errors import MemqError
 
@@ -43,6 +44,7 @@ app.add_typer(group_cmd.app, name="group")
 app.add_typer(audit_cmd.app, name="audit")
 app.add_typer(token_cmd.app, name="token")
 app.add_typer(acl_cmd.app, name="acl")
+app.add_typer(retention_cmd.app, name="retention")
 app.command("demo")(demo_cmd.demo)
 app.command("broker")(broker_cmd.broker)
 app.command("produce")(produce_cmd.produce)

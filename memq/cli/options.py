@@ -1,8 +1,18 @@
-"""Options shared by several commands."""
+"""Options shared by several commands, and the validators that turn a bad value into a
+one-line usage error (exit 2) before anything runs."""
 
 from __future__ import annotations
 
 import typer
+
+__all__ = [
+    "STATE_DIR",
+    "acks_value",
+    "compression_value",
+    "non_empty",
+    "positive",
+    "topic_name",
+]
 
 STATE_DIR = typer.Option(
     None,
@@ -10,3 +20,49 @@ STATE_DIR = typer.Option(
     envvar="MEMQ_STATE_DIR",
     help="Where the local stack keeps its state, pids and logs (default: .memq).",
 )
+
+#: Kafka's spellings of acks (what ``--acks`` accepts).
+ACKS = ("0", "1", "all", "-1")
+
+
+def topic_name(value: str) -> str:
+    """A valid topic name (1-249 of A-Z a-z 0-9 . _ -), else a usage error."""
+    from memq.errors import MalformedError
+    from memq.formats.keys import validate_name
+
+    try:
+        return validate_name("topic", value)
+    except MalformedError as e:
+        raise typer.BadParameter(str(e)) from None
+
+
+def acks_value(value: str) -> str:
+    """``0``, ``1``, ``all`` or ``-1`` (as ``all``), as Kafka accepts them."""
+    v = value.strip().lower()
+    if v not in ACKS:
+        raise typer.BadParameter(f"{value!r} is not one of {', '.join(ACKS)}")
+    return "all" if v == "-1" else v
+
+
+def compression_value(value: str) -> str:
+    from memq.errors import MemqError
+    from memq.formats.compression import parse_compression
+
+    try:
+        parse_compression(value)
+    except MemqError as e:
+        raise typer.BadParameter(str(e)) from None
+    return value
+
+
+def positive(value: float | None) -> float | None:
+    """A number above 0 (None: not given)."""
+    if value is not None and not value > 0:
+        raise typer.BadParameter(f"{value:g} must be above 0")
+    return value
+
+
+def non_empty(value: str) -> str:
+    if not value.strip():
+        raise typer.BadParameter("must not be empty")
+    return value

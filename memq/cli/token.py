@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 
+from memq.cli.options import non_empty
 from memq.errors import ConfigError
 from memq.security import make_token
 
@@ -15,11 +16,15 @@ __all__ = ["app"]
 app = typer.Typer(help="Authentication tokens (HMAC-signed, with an expiry).", no_args_is_help=True)
 
 SECRET_ENV = "MEMQ_AUTH_TOKEN_SECRET"
+#: The shortest secret accepted: HMAC-SHA256 keys shorter than this are guessable.
+MIN_SECRET_BYTES = 16
 
 
 @app.command("create")
 def create(
-    principal: str = typer.Option(..., "--principal", "-p", help="Who the token names."),
+    principal: str = typer.Option(
+        ..., "--principal", "-p", callback=non_empty, help="Who the token names."
+    ),
     ttl: float = typer.Option(3600.0, "--ttl", min=1, help="Seconds until it expires."),
     secret_file: Path | None = typer.Option(
         None, "--secret-file", help=f"File with the brokers' auth secret (else ${SECRET_ENV})."
@@ -38,4 +43,10 @@ def create(
         if not env:
             raise ConfigError(f"no secret: pass --secret-file or set {SECRET_ENV}")
         secret = env.encode()
+    if len(secret) < MIN_SECRET_BYTES:
+        where = f"--secret-file {secret_file}" if secret_file is not None else f"${SECRET_ENV}"
+        raise typer.BadParameter(
+            f"the secret in {where} has {len(secret)} bytes: use at least {MIN_SECRET_BYTES} "
+            "(e.g. `openssl rand -hex 32`)"
+        )
     typer.echo(make_token(secret, principal, ttl))

@@ -14,7 +14,7 @@ from memq.acl import AclEntry
 from memq.client.bootstrap import resolve_client, split_servers
 from memq.client.connection import ClientConnection
 from memq.config import SecureClientConfig
-from memq.errors import ConnectionLostError, InvalidRequestError, MemqError
+from memq.errors import ConnectionLostError, InvalidRequestError, MemqError, UnknownTopicError
 from memq.protocol import (
     AclAdd,
     AclList,
@@ -120,11 +120,30 @@ class AdminClient:
         return list(self._call(AclRemove(entry=_entry(principal, topic, ops)))["entries"])
 
     def describe_topic(self, name: str) -> dict[str, Any]:
+        """Metadata, assignment and (on a cluster) ``settings``: the topic's own settings
+        except storage and notification (metadata shows their public part)."""
         from memq.client.bootstrap import fetch_metadata
 
         meta = fetch_metadata(self.bootstrap, [name], timeout=self.timeout)
         t = meta.topics.get(name)
         if t is None or t.error:
-            raise MemqError(f"topic {name!r}: {t.error if t else 'unknown'}")
+            raise UnknownTopicError(t.error if t and t.error else f"unknown topic {name!r}")
         status = self.cluster_status().get("topics", {}).get(name, {})
-        return {**t.model_dump(mode="json"), **status, "cluster": meta.cluster}
+        out = {**t.model_dump(mode="json"), **status, "cluster": meta.cluster}
+        settings = self._topic_settings(name)
+        if settings is not None:
+            out["settings"] = settings
+        return out
+
+    def _topic_settings(self, name: str) -> dict[str, Any] | None:
+        """The stored settings of an existing topic, None when the brokers cannot say
+        (standalone, or not authorised). The admin protocol has no read request: a create
+        with ``if_not_exists`` of a topic the cluster lists answers its stored settings
+        and changes nothing."""
+        try:
+            if name not in self.list_topics():
+                return None
+            cfg = self.create_topic(name, {}, if_not_exists=True)
+        except MemqError:
+            return None
+        return {k: v for k, v in cfg.items() if k not in {"name", "storage", "notification"}}

@@ -23,7 +23,13 @@ from memq.config.loading import (
     validate_model,
 )
 from memq.config.storage import FilesystemConfig, S3Config, StorageConfig
-from memq.config.topic import BatchConfig, NotificationConfig, TopicConfig, TopicSettings
+from memq.config.topic import (
+    BatchConfig,
+    NotificationConfig,
+    RetentionConfig,
+    TopicConfig,
+    TopicSettings,
+)
 
 __all__ = [
     "AuditedClientConfig",
@@ -32,6 +38,7 @@ __all__ = [
     "ClientConfig",
     "FilesystemConfig",
     "NotificationConfig",
+    "RetentionConfig",
     "S3Config",
     "SecureClientConfig",
     "StorageConfig",

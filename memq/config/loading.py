@@ -97,8 +97,13 @@ def format_validation_error(model: type[BaseModel], err: ValidationError, source
             lines.append(f"  {where}: unknown key{hint}")
         else:
             got = e.get("input")
-            shown = "" if isinstance(got, dict | list) or got is None else f" (got {got!r})"
-            lines.append(f"  {where}: {e['msg']}{shown}")
+            msg = str(e["msg"]).removeprefix("Value error, ")  # pydantic's prefix
+            shown = (
+                ""
+                if isinstance(got, dict | list) or got is None or repr(got) in msg
+                else f" (got {got!r})"
+            )
+            lines.append(f"  {where}: {msg}{shown}")
     return "\n".join(lines)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 
 from memq.config.base import FrozenModel
 from memq.retry import RetryPolicy
@@ -51,6 +51,29 @@ class S3Config(FrozenModel):
     max_connections: int = Field(default=32, ge=1, le=1024)
     #: Send a CRC-32 of each object so S3 rejects a corrupted upload.
     upload_checksum: bool = True
+    #: Also SHA-256 each object body for the SigV4 signature. Off (default) with
+    #: upload_checksum: the signed CRC-32 header lets S3 reject a corrupted body, the
+    #: payload goes as UNSIGNED-PAYLOAD (use HTTPS endpoints: TLS protects it in transit),
+    #: and each upload saves a full hashing pass.
+    sign_payload: bool = False
+    #: Tag each object ``memq-retention-days=<days>`` (the topic's retention.ms rounded up
+    #: to whole days), so bucket lifecycle rules (``memq retention apply-lifecycle``) can
+    #: expire it. Needs s3:PutObjectTagging (off by default: existing IAM policies keep
+    #: working; the retention job needs no tags).
+    tag_retention: bool = False
+    #: Tags put on every object (at most 10, e.g. cost allocation). With tag_retention on,
+    #: MemQ sets ``memq-retention-days`` here from the topic's retention.ms.
+    object_tags: dict[str, str] = {}
+
+    @field_validator("object_tags")
+    @classmethod
+    def _s3_tag_limits(cls, tags: dict[str, str]) -> dict[str, str]:
+        if len(tags) > 10:
+            raise ValueError(f"S3 allows at most 10 tags per object, got {len(tags)}")
+        for k, v in tags.items():
+            if not 1 <= len(k) <= 128 or len(v) > 256:
+                raise ValueError(f"object tag {k!r}: keys are 1-128 characters, values at most 256")
+        return tags
 
     def retry_policy(self) -> RetryPolicy:
         return RetryPolicy(

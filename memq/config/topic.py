@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from pydantic import Field, model_validator
+from typing import Any
+
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from memq.config.base import NAME, FrozenModel, MiB
 from memq.config.storage import StorageConfig
+from memq.retention import DEFAULT_RETENTION_MS, notification_retention_ms, retention_tags
 
-__all__ = ["BatchConfig", "NotificationConfig", "TopicConfig", "TopicSettings"]
+__all__ = ["BatchConfig", "NotificationConfig", "RetentionConfig", "TopicConfig", "TopicSettings"]
 
 
 class NotificationConfig(FrozenModel):
@@ -43,6 +46,37 @@ class BatchConfig(FrozenModel):
     max_blocks: int = Field(default=4096, ge=1, le=65536)
 
 
+class RetentionConfig(FrozenModel):
+    """How long a topic's batch objects are kept: enforced by ``memq retention run`` (and,
+    on S3, by lifecycle rules on the objects' ``memq-retention-days`` tag). Its notification
+    topic keeps pointers at least ``retention.ms`` plus one day."""
+
+    #: Delete the objects of every hour partition that ended longer ago than this (ms);
+    #: null or -1: keep forever. Default 7 days, like Kafka.
+    ms: int | None = Field(default=DEFAULT_RETENTION_MS, ge=1)
+    #: Then delete the oldest hour partitions until the topic's objects fit in this many
+    #: bytes (never the hour being written); null or -1: no size bound.
+    max_bytes: int | None = Field(default=None, ge=1, alias="bytes")
+
+    @field_validator("ms", "max_bytes", mode="before")
+    @classmethod
+    def _minus_one_is_unbounded(cls, value: Any) -> Any:
+        return None if value == -1 else value
+
+    @property
+    def notification_ms(self) -> int:
+        """The Kafka retention.ms the notification topic needs (-1: forever)."""
+        return notification_retention_ms(self.ms)
+
+
+def _dumped(value: Any) -> Any:
+    return (
+        value.model_dump(by_alias=True, exclude_unset=True)
+        if isinstance(value, BaseModel)
+        else value
+    )
+
+
 class TopicSettings(FrozenModel):
     """Everything about a topic except its name (what ``topic_defaults`` provides)."""
 
@@ -62,6 +96,28 @@ class TopicSettings(FrozenModel):
     #: Fewest brokers writing the topic (clustered mode): with 2 or more, producers move to
     #: another writer at once when one fails instead of waiting for a reassignment.
     min_writers: int = Field(default=2, ge=1, le=64)
+    #: How long the topic's objects are kept (``retention.ms``, ``retention.bytes``).
+    retention: RetentionConfig = RetentionConfig()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _tag_objects_with_retention(cls, data: Any) -> Any:
+        """Set ``storage.s3.object_tags[memq-retention-days]`` from ``retention.ms`` (what
+        lifecycle rules match), so every object carries its topic's retention class."""
+        if not isinstance(data, dict):
+            return data
+        storage = _dumped(data.get("storage"))
+        s3 = _dumped(storage.get("s3")) if isinstance(storage, dict) else None
+        if not isinstance(s3, dict):
+            return data
+        try:
+            retention = RetentionConfig.model_validate(_dumped(data.get("retention", {})))
+            tags = dict(s3.get("object_tags") or {})
+        except (ValidationError, TypeError, ValueError):
+            return data  # the field validators report it
+        enabled = s3.get("tag_retention", False) is True
+        s3 = {**s3, "object_tags": retention_tags(tags, retention.ms, enabled)}
+        return {**data, "storage": {**storage, "s3": s3}}
 
     @model_validator(mode="after")
     def _block_fits_batch(self) -> TopicSettings:

@@ -10,18 +10,41 @@ from memq.devstack import procs
 from memq.devstack.brokers import start_component
 from memq.devstack.services import ServiceState
 
-__all__ = ["AUDITOR", "DEV_GRACE_PERIOD_S", "auditor_health", "dev_auditor_config", "start_auditor"]
+__all__ = [
+    "AUDITOR",
+    "DEV_GRACE_PERIOD_S",
+    "auditor_db",
+    "auditor_health",
+    "dev_auditor_config",
+    "remove_auditor_db",
+    "start_auditor",
+]
 
 AUDITOR = "auditor"
 #: Short, so a loss shows on the dev dashboard within a minute.
 DEV_GRACE_PERIOD_S = 60
 
 
+def auditor_db(state_dir: Path) -> Path:
+    """The dev auditor's SQLite file."""
+    return state_dir.absolute() / AUDITOR / "audit.db"
+
+
+def remove_auditor_db(state_dir: Path) -> bool:
+    """Delete the dev auditor's SQLite file (with its WAL): its figures and Kafka offsets
+    belong to a Kafka that is gone. True when there was one."""
+    db = auditor_db(state_dir)
+    existed = db.exists()
+    for path in (db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")):
+        path.unlink(missing_ok=True)
+    return existed
+
+
 def dev_auditor_config(state_dir: Path, kafka: ServiceState, port: int = 0) -> dict[str, Any]:
     return {
         "kafka": {"bootstrap_servers": kafka.endpoint},
         "audit_topic": "memq.audit",
-        "db_path": str(state_dir.absolute() / AUDITOR / "audit.db"),
+        "db_path": str(auditor_db(state_dir)),
         "http_host": "127.0.0.1",
         "http_port": port,
         "grace_period_s": DEV_GRACE_PERIOD_S,

@@ -18,6 +18,7 @@ from memq.errors import DevStackError
 
 __all__ = [
     "BROKER_READY_TIMEOUT",
+    "DEV_CHROOT",
     "DEV_CLUSTER",
     "broker_health",
     "dev_broker_config",
@@ -27,6 +28,8 @@ __all__ = [
 
 BROKER_READY_TIMEOUT = 60.0
 DEV_CLUSTER = "dev"
+#: Where the dev brokers keep their cluster in the stack's own ZooKeeper.
+DEV_CHROOT = f"/memq/{DEV_CLUSTER}"
 
 
 def dev_broker_config(
@@ -35,9 +38,11 @@ def dev_broker_config(
     kafka: ServiceState,
     zookeeper: ServiceState | None = None,
     tls: dict[str, str] | None = None,
+    chroot: str = DEV_CHROOT,
 ) -> dict[str, Any]:
-    """A standalone (or, with ZooKeeper, clustered) dev broker writing to the stack's S3;
-    with ``tls`` (from :func:`dev_tls`), TLS on both ports and token/mTLS auth."""
+    """A clustered dev broker (through ``zookeeper`` under ``chroot``; standalone without
+    it) writing to the stack's S3; with ``tls`` (from :func:`dev_tls`), TLS on both ports
+    and token/mTLS auth."""
     cfg: dict[str, Any] = {
         "broker_id": name,
         "cluster": DEV_CLUSTER,
@@ -61,7 +66,7 @@ def dev_broker_config(
         },
     }
     if zookeeper is not None:
-        cfg["zookeeper"] = {"connect": zookeeper.endpoint, "chroot": f"/memq/{DEV_CLUSTER}"}
+        cfg["zookeeper"] = {"connect": zookeeper.endpoint, "chroot": chroot}
     if tls is not None:
         cfg["tls"] = {
             "cert_file": tls["server_cert"],
@@ -176,6 +181,8 @@ def start_broker(
         "name": name,
         "endpoint": f"127.0.0.1:{info['port']}",
         "http": f"{'https' if tls else 'http'}://127.0.0.1:{info['http_port']}",
+        "ingest": f"{'https' if tls else 'http'}://127.0.0.1:{info['http_port']}"
+        "/v1/topics/{topic}/records",
         **({"tls_ca": tls["ca_file"]} if tls else {}),
         "pid": ref.pid,
         "start_time": ref.start_time,

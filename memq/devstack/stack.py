@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -25,8 +26,9 @@ from memq.client.profile import (
     write_profile,
 )
 from memq.devstack import procs
-from memq.devstack.auditor import auditor_health, start_auditor
+from memq.devstack.auditor import auditor_health, remove_auditor_db, start_auditor
 from memq.devstack.brokers import (
+    DEV_CHROOT,
     DEV_CLUSTER,
     broker_health,
     dev_broker_config,
@@ -180,13 +182,20 @@ class DevStack:
         self,
         ports: dict[str, int | None] | None = None,
         progress: Callable[[str], None] | None = None,
-        brokers: int = 1,
+        brokers: int | None = None,
         auditor: bool = True,
         tls: bool = False,
     ) -> StackState:
         """Start every server not already running (or taken from env overrides), then
-        ``brokers`` MemQ brokers (standalone when 1; clustered through ZooKeeper beyond)
-        and, with ``auditor``, the audit service (``ports["auditor"]`` fixes its port)."""
+        ``brokers`` MemQ brokers (default 1; always clustered through the ZooKeeper, so
+        topic admin works with one) and, with ``auditor``, the audit service
+        (``ports["auditor"]`` fixes its port).
+
+        A running stack is returned as it is, unless ``brokers`` (when given) or ``tls``
+        ask for another shape: that is an error saying how to get it. A stack that starts
+        its own Kafka (in memory, so empty) starts its auditor on a new database: the old
+        one's figures and Kafka offsets belong to the Kafka that is gone.
+        """
         ports = ports or {}
         say = progress or (lambda _msg: None)
         with self._locked():
@@ -195,6 +204,13 @@ class DevStack:
                 dead = [h.name for h in self._health(existing, check=False) if not h.running]
                 dead += [c["name"] for c, health in _components(existing) if not health(c)[0]]
                 if not dead:
+                    other = _other_shape(existing, brokers, tls)
+                    if other:
+                        raise DevStackError(
+                            f"the local stack under {self.state_dir} is already running "
+                            f"{other}: stop it first (`memq dev down`), then start it with "
+                            "the options you want"
+                        )
                     say("local stack already running")
                     return existing
                 raise DevStackError(
@@ -238,20 +254,25 @@ class DevStack:
             tls_files = dev_tls(self.state_dir) if tls else None
             if tls_files is not None:
                 extra["tls"] = {k: v for k, v in tls_files.items() if k != "secret_file"}
+            chroot = self._chroot(state)
             try:
                 self._prepare_bucket(state)
-                for i in range(1, brokers + 1):
+                # Topics kept in a shared ZooKeeper name the stopped stack's in-memory
+                # Kafka and S3: the new ones start without them.
+                fresh = bool({"kafka", "s3"} & set(started))
+                if state.zookeeper.external and fresh and _clear_chroot(state.zk_connect, chroot):
+                    say(f"zookeeper: cleared {chroot} (topics of the stopped stack)")
+                for i in range(1, (1 if brokers is None else brokers) + 1):
                     name = f"broker-{i}"
                     cfg = dev_broker_config(
-                        name,
-                        state.s3,
-                        state.kafka,
-                        state.zookeeper if brokers > 1 else None,
-                        tls=tls_files,
+                        name, state.s3, state.kafka, state.zookeeper, tls=tls_files, chroot=chroot
                     )
                     started_brokers.append(start_broker(self.state_dir, name, cfg, state.aws_env()))
                     say(f"{name}: ready at {started_brokers[-1]['endpoint']}")
                 if auditor:
+                    if "kafka" in started and remove_auditor_db(self.state_dir):
+                        say("auditor: new Kafka, so a new audit database (the old one's "
+                            "figures and offsets belonged to the stopped stack's Kafka)")  # fmt: skip
                     a = start_auditor(
                         self.state_dir, state.kafka, state.aws_env(), ports.get("auditor")
                     )
@@ -267,6 +288,14 @@ class DevStack:
             state = state.model_copy(update={"extra": extra})
             self._save(state)
             return state
+
+    def _chroot(self, state: StackState) -> str:
+        """The brokers' ZooKeeper chroot: the stack's own ZooKeeper is theirs alone; an
+        external one (shared, e.g. by test stacks) gets a chroot per state dir."""
+        if not state.zookeeper.external:
+            return DEV_CHROOT
+        digest = hashlib.sha1(str(self.state_dir.resolve()).encode()).hexdigest()[:10]
+        return f"{DEV_CHROOT}-{digest}"
 
     def _prepare_bucket(self, state: StackState) -> None:
         client = state.s3_client(timeout=10, retries=2)
@@ -399,6 +428,35 @@ def client_profile(state: StackState) -> StackProfile | None:
 
 
 Health = Callable[[dict[str, Any]], tuple[bool, str | None]]
+
+
+def _clear_chroot(zk_connect: str, chroot: str) -> bool:
+    """Delete ``chroot`` and everything under it; True when it existed."""
+    from kazoo.client import KazooClient
+    from kazoo.exceptions import NoNodeError
+
+    zk: Any = KazooClient(hosts=zk_connect)
+    try:
+        zk.start(timeout=15)
+        zk.delete(chroot, recursive=True)
+        return True
+    except NoNodeError:
+        return False
+    except Exception as e:
+        raise DevStackError(f"cannot clear {chroot} in ZooKeeper {zk_connect}: {e}") from e
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def _other_shape(state: StackState, brokers: int | None, tls: bool) -> str | None:
+    """How a running stack differs from the one asked for (None: it is that one)."""
+    running = len(state.extra.get("brokers", []))
+    if brokers is not None and brokers != running:
+        return f"with {running} broker{'s' if running != 1 else ''} (asked for --brokers {brokers})"
+    if tls and not state.extra.get("tls"):
+        return "without TLS (asked for --tls)"
+    return None
 
 
 def _components(state: StackState) -> list[tuple[dict[str, Any], Health]]:

@@ -8,6 +8,7 @@ that object's records as missing with the object key in the drill-down.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -381,6 +382,8 @@ def test_dashboard_renders_api_strings_as_text(
                         "pending_records": 0,
                         "duplicate_blocks": 0,
                         "duplicate_records": 0,
+                        "dropped_duplicate_blocks": 3,
+                        "dropped_duplicate_records": 2400,
                         "mismatches": 0,
                         "unaudited_blocks": 0,
                         "unaudited_records": 0,
@@ -418,6 +421,11 @@ def test_dashboard_renders_api_strings_as_text(
         expect(row).to_have_attribute("data-topic", evil_topic)
         expect(row.locator('td[data-col="topic"]')).to_have_text(evil_topic)
         expect(row.locator('td[data-col="group"]')).to_have_text(evil_group)
+        dropped = row.locator('td[data-col="dropped"]')  # consumer dedup at work
+        expect(dropped).to_have_text("2,400")
+        expect(dropped).to_have_attribute("data-blocks", "3")
+        expect(dropped).to_have_attribute("title", re.compile(r"^3 copies of blocks"))
+        assert row.locator("td").count() == page.locator("#topics thead th").count()
         expect(page.get_by_test_id("ingest-status")).to_contain_text("<i>boom</i>")
         mrow = page.get_by_test_id("missing-row")
         expect(mrow).to_have_count(1, timeout=WAIT_MS)

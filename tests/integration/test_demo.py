@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -23,16 +24,20 @@ def test_demo_pipeline(memq_stack: StackState) -> None:
 
 def test_memq_demo_command_starts_and_stops_its_stack(tmp_path: Path) -> None:
     d = tmp_path / "demo"
+    tmp = tmp_path / "tmp"  # the demo's own temporary files go here
+    tmp.mkdir()
     proc = subprocess.Popen(
         [sys.executable, "-m", "memq.cli.main", "demo", "--state-dir", str(d), "--records", "3000"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        env={**os.environ, "TMPDIR": str(tmp)},
     )
     out, _ = proc.communicate(timeout=180)
     assert proc.returncode == 0, out
     assert "DEMO OK" in out and "3,000" in out
     assert not (d / "stack.json").exists()
+    assert list(tmp.glob("memq-demo-backfill-*")) == []  # the backfill's Parquet is removed
     # Every server it started is gone: their pid files name dead processes.
     refs = [ProcessRef(int(p.read_text()), None) for p in d.glob("*/*.pid")]
     assert len(refs) == 7  # moto, Tansu, ZooKeeper, three brokers and the auditor

@@ -75,6 +75,14 @@ def test_up_status_logs_restart_down(tmp_path: Path) -> None:
     # A second `up` finds the running stack and starts nothing.
     memq("dev", "up", "--state-dir", d)
     assert _refs(Path(d)) == refs
+    # Another shape is not silently ignored: it says what to do, and changes nothing.
+    other = memq("dev", "up", "--state-dir", d, "--brokers", "3", check=False)
+    assert other.returncode == 1 and "Traceback" not in other.stderr
+    assert "already running with 1 broker (asked for --brokers 3)" in other.stderr
+    assert "memq dev down" in other.stderr and _refs(Path(d)) == refs
+    # Its one broker is clustered through the stack's ZooKeeper: topic admin works.
+    assert "governor broker-1" in memq("cluster", "status", "--state-dir", d).stdout
+    memq("topic", "create", "orders", "--state-dir", d, "--set", "batch.ms=500")
 
     assert "ready in" in memq("dev", "logs", "kafka", "--state-dir", d).stdout
     assert "memq broker ready" in memq("dev", "logs", "broker-1", "--state-dir", d).stdout

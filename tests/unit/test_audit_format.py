@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import re
 import zlib
+from pathlib import Path
+from typing import Literal
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from memq.errors import ChecksumError, MalformedError, UnsupportedVersionError
 from memq.formats import Compression
@@ -24,6 +28,7 @@ from memq.formats.block import (
     encode_block_with_crc,
 )
 from memq.formats.crcjson import canonical as _canonical
+from memq.formats.crcjson import decode_crc_json, field_error
 from tests.unit.corruption import every_bit_flip, every_truncation, random_flips
 
 PRODUCED = {
@@ -49,9 +54,18 @@ CONSUMED = {
     "group": "billing",
     "client": "memq-consumer",
 }
+DROPPED = {
+    **CONSUMED,
+    "kind": "dropped",
+    "key": "46/dev/topics/events/dt=2026-11-22/hh=05/1763790001210-00000007-b2",
+    "block_index": 3,
+}
+FORMATS_MD = Path(__file__).parent.parent.parent / "docs" / "formats.md"
 
 
-@pytest.mark.parametrize("fields", [PRODUCED, CONSUMED], ids=["produced", "consumed"])
+@pytest.mark.parametrize(
+    "fields", [PRODUCED, CONSUMED, DROPPED], ids=["produced", "consumed", "dropped"]
+)
 def test_round_trip(fields):
     rec = decode_audit(encode_audit(fields))
     assert isinstance(rec, AuditRecord) and rec.format_version == 1
@@ -149,3 +163,36 @@ def test_content_crc_is_the_same_on_both_sides_whatever_the_codec(codec):
     assert list(zip(*columns, strict=True)) == records
     _other, crc2 = encode_block_with_crc(records[:-1], **args)
     assert crc2 != crc
+
+
+def test_dropped_example_in_the_docs_decodes_and_is_what_a_writer_emits() -> None:
+    m = re.search(
+        r"<!-- audit dropped example -->\n```json\n(.*?)```", FORMATS_MD.read_text(), re.S
+    )
+    assert m is not None
+    (line,) = m.group(1).splitlines()
+    rec = decode_audit(line)
+    assert (rec.kind, rec.group, rec.format_version) == ("dropped", "analytics", 1)
+    assert rec.key is not None and rec.block_index is not None  # the dropped copy's object
+    assert encode_audit(rec.model_dump(exclude_none=True, exclude={"format_version"})) == (
+        line.encode()
+    )
+
+
+class _AuditorBeforeDropped(AuditRecord):
+    """The record model of an auditor that predates ``dropped`` (same format_version)."""
+
+    kind: Literal["produced", "consumed"]  # type: ignore[assignment]
+
+
+def test_an_older_auditor_rejects_dropped_as_malformed_naming_the_kind() -> None:
+    """What docs/formats.md promises: an older auditor counts it as undecodable."""
+    obj = decode_crc_json(
+        encode_audit(DROPPED), what="audit record", max_size=MAX_AUDIT_RECORD_SIZE, reader="auditor"
+    )
+    assert obj["format_version"] == 1  # not a version bump: only the kind is unknown
+    with pytest.raises(ValidationError) as e:
+        _AuditorBeforeDropped.model_validate(obj)
+    err = field_error("audit record", e.value, "record")
+    assert isinstance(err, MalformedError) and "kind" in str(err)
+    assert _AuditorBeforeDropped.model_validate(json.loads(encode_audit(CONSUMED)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,11 @@ def produced(seq: int, t: int, **kw: Any) -> Ingest:
 
 def consumed(seq: int, t: int, group: str = "g", **kw: Any) -> Ingest:
     return rec("consumed", seq, t=t, group=group, **kw)
+
+
+def dropped(seq: int, t: int, group: str = "g", **kw: Any) -> Ingest:
+    """A copy of block ``seq`` the consumer recognised as already handed out."""
+    return rec("dropped", seq, t=t, group=group, key=f"copy-{seq}", **kw)
 
 
 @pytest.fixture
@@ -245,3 +251,133 @@ def test_strict_counts_the_first_blocks_a_group_never_saw(store: AuditStore) -> 
         "events", "g", now_ms=T0 + 60_000, since_ms=T0, grace_ms=10_000, strict=True
     )
     assert [r["sequence"] for r in rows] == [0, 1]
+
+
+# --- dropped duplicates (consumer dedup) -------------------------------------------------
+
+
+def test_dropped_copies_are_counted_apart_from_duplicates(store: AuditStore) -> None:
+    store.apply([produced(i, T0 + i * 1000) for i in range(4)])
+    store.apply(
+        [
+            consumed(0, T0 + 20_000),
+            consumed(0, T0 + 21_000),  # handed out twice: dedup did not catch it
+            consumed(1, T0 + 20_000),
+            consumed(2, T0 + 20_000),
+            consumed(3, T0 + 20_000),
+            dropped(1, T0 + 22_000),  # two more copies of block 1, recognised and dropped
+            dropped(1, T0 + 23_000, records=40),  # (a copy after a seek: fewer records)
+            dropped(2, T0 + 22_000),
+        ]
+    )
+    g = figures(store, T0 + 60_000).groups[0]
+    assert (g.consumed_blocks, g.consumed_records) == (4, 400)
+    assert (g.duplicate_blocks, g.duplicate_records) == (1, 100)  # block 0 only
+    assert (g.dropped_duplicate_blocks, g.dropped_duplicate_records) == (3, 240)
+    assert g.missing_blocks == 0 and g.mismatches == 0 and g.unaudited_blocks == 0
+    assert g.status == "warn"  # for the duplicate of block 0, not for the dropped copies
+    kinds = {
+        (a["sequence"], a["kind"])
+        for a in store.anomalies("events", "g", now_ms=T0 + 60_000, since_ms=T0 - MIN)
+    }
+    assert kinds == {(0, "duplicate")}
+    assert store.counters() == {"produced_records": 4, "consumed_records": 5,
+                                "dropped_records": 3}  # fmt: skip
+
+
+def test_only_dropped_copies_leave_the_group_ok(store: AuditStore) -> None:
+    store.apply([produced(i, T0 + i * 1000) for i in range(3)])
+    store.apply([consumed(i, T0 + 10_000) for i in range(3)])
+    store.apply([dropped(i, T0 + 12_000) for i in range(3)])
+    t = figures(store, T0 + 60_000)
+    (g,) = t.groups
+    assert (g.dropped_duplicate_blocks, g.dropped_duplicate_records) == (3, 300)
+    assert (g.consumed_blocks, g.duplicate_blocks, g.status, t.status) == (3, 0, "ok", "ok")
+    # The per-minute consumption counts hand-outs only.
+    ts = store.timeseries("events", now_ms=T0 + 60_000, since_ms=T0, grace_ms=10_000)
+    assert sum(ts["groups"]["g"]["consumed"]) == 300
+
+
+def test_a_dropped_copy_never_counts_as_consumption(store: AuditStore) -> None:
+    store.apply([produced(i, T0 + i * 1000) for i in range(10)])
+    store.apply([consumed(i, T0 + 30_000) for i in (5, 6, 7, 9)])
+    # Copies of blocks 2 (before the group's first consumption) and 8 (never handed out)
+    # were dropped: neither moves the watch start nor makes block 8 look consumed.
+    store.apply([dropped(2, T0 + 31_000), dropped(8, T0 + 31_000)])
+    g = figures(store, T0 + 120_000).groups[0]
+    assert g.watch_start_ms == T0 + 5000
+    assert (g.consumed_blocks, g.missing_blocks, g.missing_records) == (4, 1, 100)
+    assert (g.dropped_duplicate_blocks, g.duplicate_blocks, g.status) == (2, 0, "missing")
+    rows = store.missing("events", "g", now_ms=T0 + 120_000, since_ms=T0 - MIN, grace_ms=0)
+    assert [r["sequence"] for r in rows] == [8]
+    # A group that only ever dropped copies is listed, but consumed nothing.
+    store.apply([dropped(1, T0 + 32_000, group="only-dropped")])
+    by = {x.group: x for x in figures(store, T0 + 120_000).groups}
+    assert (by["only-dropped"].consumed_blocks, by["only-dropped"].watch_start_ms) == (0, None)
+    assert by["only-dropped"].dropped_duplicate_blocks == 1
+
+
+def test_dropped_copies_are_windowed_by_their_block(store: AuditStore) -> None:
+    store.apply([produced(0, T0), produced(1, T0 + 10 * MIN)])
+    store.apply([consumed(0, T0 + 1000), consumed(1, T0 + 10 * MIN + 1000)])
+    # Block 0 (acked before the window) is dropped inside it; block 50 has no produced
+    # record: it belongs to the window by when its copy was dropped.
+    store.apply([dropped(0, T0 + 10 * MIN + 2000), dropped(1, T0 + 10 * MIN + 2000),
+                 dropped(50, T0 + 10 * MIN + 3000), dropped(51, T0 + 2000)])  # fmt: skip
+    g = figures(store, T0 + 11 * MIN, since=T0 + 5 * MIN).groups[0]
+    assert g.dropped_duplicate_blocks == 2  # blocks 1 and 50
+    assert g.unaudited_blocks == 0  # a dropped copy is not an unaudited consumption
+    assert figures(store, T0 + 11 * MIN, since=T0 - MIN).groups[0].dropped_duplicate_blocks == 4
+
+
+def test_prune_forgets_old_dropped_copies(store: AuditStore) -> None:
+    store.apply([produced(0, T0), consumed(0, T0 + 1000), dropped(0, T0 + 2000),
+                 dropped(1, T0 + 20 * MIN)])  # fmt: skip
+    assert store.prune(T0 + MIN) == 3
+    g = figures(store, T0 + 30 * MIN, since=0).groups[0]
+    assert (g.dropped_duplicate_blocks, g.consumed_blocks) == (1, 0)
+
+
+def test_a_database_from_before_dropped_copies_keeps_working(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    s = AuditStore(path)
+    s.apply([produced(0, T0), consumed(0, T0 + 1000)])
+    s.close()
+    with sqlite3.connect(path) as old:  # the file as an auditor without the table left it
+        old.execute("DROP TABLE dropped")
+    with sqlite3.connect(path) as old:
+        tables = {n for (n,) in old.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert "dropped" not in tables and {"produced", "consumed", "meta"} <= tables
+    again = AuditStore(path)  # same schema version: the table is added, nothing else changes
+    again.apply([dropped(0, T0 + 2000)])
+    g = figures(again, T0 + MIN).groups[0]
+    assert (g.consumed_blocks, g.dropped_duplicate_blocks, g.status) == (1, 1, "ok")
+    again.close()
+
+
+def test_dropped_copies_reach_the_gauges_and_the_report(store: AuditStore) -> None:
+    from prometheus_client import generate_latest
+    from rich.console import Console
+
+    from memq.audit.metrics import AuditorMetrics
+    from memq.cli.audit import print_report
+
+    store.apply([produced(0, T0), consumed(0, T0 + 1000), consumed(0, T0 + 1500)])
+    store.apply([dropped(0, T0 + 2000), dropped(0, T0 + 3000, records=60)])
+    topics = [t.to_dict() for t in store.summary(now_ms=T0 + MIN, since_ms=T0 - MIN,
+                                                  grace_ms=0)]  # fmt: skip
+    g = topics[0]["groups"][0]
+    assert (g["dropped_duplicate_blocks"], g["dropped_duplicate_records"]) == (2, 160)
+    assert (g["duplicate_blocks"], g["duplicate_records"]) == (1, 100)
+    m = AuditorMetrics()
+    m.set_figures(topics)
+    text = generate_latest(m.registry).decode()
+    assert 'memq_audit_dropped_duplicate_blocks{group="g",topic="events"} 2.0' in text
+    assert 'memq_audit_dropped_duplicate_records{group="g",topic="events"} 160.0' in text
+    assert 'memq_audit_duplicate_blocks{group="g",topic="events"} 1.0' in text
+    console = Console(width=200, record=True)
+    doc = {"now_ms": T0 + MIN, "since_ms": T0 - MIN, "grace_period_s": 0.0, "topics": topics}
+    print_report(console, doc, {})
+    report = console.export_text()
+    assert "dups dropped" in report and "160 (2 copies)" in report
+    assert "100 (1 blocks)" in report

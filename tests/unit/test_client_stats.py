@@ -37,8 +37,7 @@ def test_stats_cb_receives_the_counters_and_failures_are_counted_by_kind() -> No
         text = generate_latest(registry).decode()
         assert 'memq_producer_records_failed{client_id="memq-producer"} 1.0' in text
         assert (
-            'memq_producer_errors{client_id="memq-producer",kind="ConnectionLostError"} 1.0'
-            in text
+            'memq_producer_errors{client_id="memq-producer",kind="ConnectionLostError"} 1.0' in text
         )
     finally:
         p.close(1)

@@ -179,7 +179,7 @@ def pod_specs(rel: Release) -> list[dict[str, Any]]:
         o["spec"]["template"]["spec"]
         for o in rel.objects
         if o["kind"] in {"StatefulSet", "Deployment", "Job"}
-    ]
+    ] + [o["spec"]["jobTemplate"]["spec"]["template"]["spec"] for o in rel.all("CronJob")]
 
 
 # --- lint and strict validation ----------------------------------------------------------
@@ -247,6 +247,7 @@ def test_kinds_present_by_default(releases):
         "PodDisruptionBudget",
         "Deployment",
         "PersistentVolumeClaim",
+        "CronJob",
     }
     assert {s["metadata"]["name"] for s in rel.all("Service")} == {FULLNAME, HEADLESS, AUDITOR}
     assert {c["metadata"]["name"] for c in rel.all("ConfigMap")} == {f"{FULLNAME}-broker", AUDITOR}
@@ -419,6 +420,8 @@ def test_broker_configmap_is_a_valid_broker_config(releases):
     assert d.storage.s3.region is None and d.storage.s3.endpoint_url is None
     assert d.notification.bootstrap_servers == REQUIRED["kafka"]["bootstrapServers"]
     assert (d.batch.max_bytes, d.batch.ms, d.notification.partitions) == (8388608, 1000, 8)
+    assert d.retention.ms == 7 * 86_400_000 and d.retention.max_bytes is None
+    assert d.storage.s3.object_tags == {}  # retention tags are opt-in (tag_retention)
     assert cfg.shutdown_timeout_s == 60
 
 
@@ -792,6 +795,18 @@ BAD_VALUES = {
         deep_merge(REQUIRED, {"topics": [{"name": "no spaces"}]}),
         "at '/topics/0/name': 'no spaces' does not match pattern",
     ),
+    "retention.ms zero": (
+        deep_merge(REQUIRED, {"topicDefaults": {"retention": {"ms": 0}}}),
+        "at '/topicDefaults/retention/ms'",
+    ),
+    "typo'd retention key": (
+        deep_merge(REQUIRED, {"retention": {"shedule": "@hourly"}}),
+        "at '/retention': additional properties 'shedule' not allowed",
+    ),
+    "bad retention schedule": (
+        deep_merge(REQUIRED, {"retention": {"schedule": "hourly"}}),
+        "at '/retention/schedule'",
+    ),
     "bad topic setting key": (
         deep_merge(REQUIRED, {"topics": [{"name": "t", "settings": {"batch ms": 5}}]}),
         "at '/topics/0/settings': additional properties 'batch ms' not allowed",
@@ -844,3 +859,72 @@ def test_the_same_values_are_accepted_when_fixed():
         }
     )
     render({"topics": [{"name": "events"}, {"name": "events-2"}]})
+
+
+# --- retention -----------------------------------------------------------------------------
+
+
+def retention_container(rel: Release) -> dict[str, Any]:
+    (container,) = rel.one("CronJob")["spec"]["jobTemplate"]["spec"]["template"]["spec"][
+        "containers"
+    ]
+    return container
+
+
+def test_retention_cronjob_runs_the_job_against_the_brokers(releases):
+    cron = releases["defaults"].one("CronJob")
+    assert cron["metadata"]["name"] == f"{FULLNAME}-retention"
+    spec = cron["spec"]
+    assert spec["schedule"] == "17 * * * *"
+    assert spec["concurrencyPolicy"] == "Forbid"  # runs never overlap
+    assert "timeZone" not in spec
+    job = spec["jobTemplate"]["spec"]
+    assert job["template"]["spec"]["restartPolicy"] == "Never"
+    assert job["activeDeadlineSeconds"] == 3000 and job["backoffLimit"] == 1
+    c = retention_container(releases["defaults"])
+    assert c["command"] == [
+        "memq", "retention", "run", "--bootstrap-servers", BOOTSTRAP,
+        "--orphan-grace-ms", "3600000", "--json",
+    ]  # fmt: skip
+    assert "args" not in c
+    assert c["resources"]["limits"] == {"memory": "1Gi"}
+
+
+def test_retention_cronjob_options_credentials_and_switch():
+    rel = render(
+        deep_merge(
+            SECRET,
+            {
+                "retention": {
+                    "schedule": "@daily",
+                    "timeZone": "Europe/Berlin",
+                    "dryRun": True,
+                    "orphans": False,
+                    "orphanGraceMs": 7200000,
+                    "extraArgs": ["--kafka-option", "sasl.username=memq"],
+                    "extraEnv": [{"name": "X", "value": "1"}],
+                }
+            },
+        )
+    )
+    spec = rel.one("CronJob")["spec"]
+    assert (spec["schedule"], spec["timeZone"]) == ("@daily", "Europe/Berlin")
+    c = retention_container(rel)
+    assert c["command"][5:] == [
+        "--orphan-grace-ms", "7200000", "--no-orphans", "--dry-run", "--json",
+        "--kafka-option", "sasl.username=memq",
+    ]  # fmt: skip
+    assert [e["name"] for e in c["env"]] == ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "X"]
+    validate_strict(rel.one("CronJob"))
+    assert "CronJob" not in render({"retention": {"enabled": False}}).kinds()
+
+
+def test_topic_defaults_retention_reaches_the_broker_config():
+    rel = render({"topicDefaults": {"retention": {"ms": 3600000, "bytes": 10**12}}})
+    d = broker_config(rel).topic_defaults
+    assert d is not None and d.retention.ms == 3600000 and d.retention.max_bytes == 10**12
+    assert d.storage.s3 is not None and d.storage.s3.object_tags == {}  # tags are opt-in
+    # -1 (Kafka's spelling): forever. A null would only remove the key in Helm (default back).
+    forever = broker_config(render({"topicDefaults": {"retention": {"ms": -1}}})).topic_defaults
+    assert forever is not None and forever.retention.ms is None
+    assert forever.storage.s3 is not None and forever.storage.s3.object_tags == {}

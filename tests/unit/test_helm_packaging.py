@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from memq.audit.metrics import AuditorMetrics
 from memq.broker.metrics import BrokerMetrics
 from memq.config import load_broker_config
 from memq.governor.metrics import ClusterMetrics
@@ -109,7 +110,8 @@ def exported_metric_names() -> set[str]:
     names: set[str] = set()
     registry = BrokerMetrics().registry
     ClusterMetrics(registry)  # a clustered broker's /metrics has these too
-    for family in registry.collect():
+    families = [*registry.collect(), *AuditorMetrics().registry.collect()]  # the auditor's
+    for family in families:
         suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count"]}.get(
             family.type, []
         )
@@ -120,12 +122,24 @@ def exported_metric_names() -> set[str]:
 
 
 def test_operations_json_examples_parse():
-    found = blocks("json")
-    assert len(found) >= 2
-    for text in found:
-        doc = json.loads(text)
+    from memq.retention import lifecycle_rules
+    from memq.retention_job import TopicReport
+
+    docs = [json.loads(text) for text in blocks("json")]
+    lifecycle = [d for d in docs if "Rules" in d]
+    reports = [d for d in docs if "topics" in d]
+    assert len(lifecycle) >= 1 and len(reports) >= 1
+    for doc in lifecycle:
         for rule in doc["Rules"]:
             assert rule["Status"] == "Enabled" and rule["Expiration"]["Days"] > 0
+    # The lifecycle example is what `memq retention apply-lifecycle` writes; the report
+    # example has the fields `memq retention run --json` prints.
+    assert lifecycle[0]["Rules"] == lifecycle_rules([], [3, 7])
+    fields = set(TopicReport("t", "s3://b", False).as_dict())
+    for doc in reports:
+        assert {"dry_run", "ok", "errors", "topics"} <= set(doc)
+        for topic in doc["topics"]:
+            assert set(topic) == fields
 
 
 def test_operations_yaml_examples_parse_and_alert_rules_are_complete():

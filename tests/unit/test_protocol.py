@@ -52,6 +52,9 @@ def test_parse_ack():
     ]
     with pytest.raises(InvalidRequestError):
         parse_ack("3")
+    with pytest.raises(InvalidRequestError, match="acks must be 0, 1 or all"):
+        parse_ack("2")  # the wire value of all, not a setting: Kafka rejects acks=2
+    assert parse_ack(Ack.ALL) is Ack.ALL
 
 
 def test_metadata_messages_round_trip():

@@ -249,6 +249,15 @@
         })
       );
       cells.push(
+        numCell("dropped", g.dropped_duplicate_records, {
+          "data-blocks": g.dropped_duplicate_blocks,
+          title:
+            fmtInt(g.dropped_duplicate_blocks) +
+            (Number(g.dropped_duplicate_blocks) === 1 ? " copy" : " copies") +
+            " of blocks already handed out, recognised and dropped by the consumer (records)",
+        })
+      );
+      cells.push(
         numCell("mismatches", g.mismatches, {
           title: "blocks whose consumed content CRC differs",
           class: g.mismatches ? "num bad" : "num",
@@ -259,7 +268,7 @@
     } else {
       cells.push(el("td", { "data-col": "group", "data-value": "", class: "no-consumers" }, ["no consumers"]));
       cells.push(numCell("produced", t.produced_records, { title: plural(t.produced_blocks, "block") }));
-      ["consumed", "missing", "pending", "duplicates", "mismatches", "p50", "p99"].forEach(function (c) {
+      ["consumed", "missing", "pending", "duplicates", "dropped", "mismatches", "p50", "p99"].forEach(function (c) {
         cells.push(el("td", { class: "num", "data-col": c, "data-value": "" }, ["\u2014"]));
       });
     }
@@ -305,7 +314,7 @@
     if (!trs.length) {
       trs.push(
         el("tr", { "data-testid": "topic-empty" }, [
-          el("td", { colspan: "11", class: "empty" }, [
+          el("td", { colspan: "12", class: "empty" }, [
             "No audit records in this window yet (producers and consumers need audit.enable).",
           ]),
         ])

@@ -1,0 +1,193 @@
+"""The CLI's everyday paths against the session's local stack give the right answer fast,
+with one-line errors (issue 16, items 6, 10 and the CLI side of 4 and 11)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from typing import Any
+
+from memq.devstack import StackState
+from tests.integration.helpers import read_objects
+
+MiB = 1 << 20
+
+
+def memq(
+    stack: StackState, *args: str, stdin: bytes | None = None, **env: str
+) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "memq.cli.main", *args],
+        input=stdin,
+        capture_output=True,
+        timeout=180,
+        env={**os.environ, "MEMQ_STATE_DIR": stack.state_dir, **env},
+        check=False,
+    )
+    return subprocess.CompletedProcess(
+        proc.args, proc.returncode, proc.stdout.decode(errors="replace"),
+        proc.stderr.decode(errors="replace"),
+    )  # fmt: skip
+
+
+def test_an_oversized_line_is_one_error_and_the_others_are_sent(
+    memq_stack: StackState, unique_name: Any
+) -> None:
+    topic = unique_name("lines")
+    assert memq(memq_stack, "produce", "--topic", topic, stdin=b"first\n").returncode == 0
+    big = b"x" * (2 * MiB)  # above the old 1 MiB default, within the topic's 8 MiB blocks
+    huge = b"y" * (9 * MiB)  # above the topic's limit
+    proc = memq(
+        memq_stack, "produce", "--topic", topic, stdin=b"a\n" + big + b"\n" + huge + b"\nb\n"
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "MessageTooLargeError: 1" in proc.stderr
+    assert "record 3 (9,437,184 bytes)" in proc.stderr  # the first error, with its cause
+    assert "8388608" in proc.stderr  # the limit it broke
+    objs = read_objects(memq_stack.s3_client(), memq_stack.bucket, topic=topic)
+    assert sorted(r[2] for o in objs for r in o.records) == sorted([b"first", b"a", big, b"b"])
+
+
+def test_dead_brokers_are_named_at_once(memq_stack: StackState) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens here
+    t0 = time.monotonic()
+    proc = memq(
+        memq_stack, "produce", "--topic", "t", "--count", "10", "-b", f"127.0.0.1:{port}",
+        "--timeout", "5",
+    )  # fmt: skip
+    assert proc.returncode == 1 and time.monotonic() - t0 < 10
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("error: no broker answered") and f"127.0.0.1:{port}" in line
+
+
+def test_produce_summary_says_where_records_went(memq_stack: StackState, unique_name: Any) -> None:
+    topic = unique_name("where")
+    proc = memq(memq_stack, "produce", "--topic", topic, "--count", "20", "--size", "10")
+    assert proc.returncode == 0, proc.stderr
+    first = next(x for x in proc.stderr.splitlines() if x.startswith("first object: "))
+    uri = first.removeprefix("first object: ")
+    assert uri.startswith(f"s3://{memq_stack.bucket}/") and f"/dev/topics/{topic}/" in uri
+    cat = memq(memq_stack, "cat", uri, "--records", "1")
+    assert cat.returncode == 0 and f"topic {topic}" in cat.stderr
+
+
+def test_peek_and_cat_errors_are_one_line(memq_stack: StackState, unique_name: Any) -> None:
+    topic = unique_name("nosuch")
+    proc = memq(memq_stack, "peek", "--topic", topic)
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == f"error: unknown topic {topic!r}"
+    t0 = time.monotonic()
+    proc = memq(memq_stack, "cat", f"s3://{memq_stack.bucket}/")
+    assert (
+        proc.returncode == 2 and "names a bucket" in proc.stderr and "retrying" not in proc.stderr
+    )
+    assert time.monotonic() - t0 < 10
+
+
+def test_topic_describe_shows_set_settings_and_delete_answers_no(
+    memq_stack: StackState, unique_name: Any
+) -> None:
+    topic = unique_name("orders")
+    proc = memq(memq_stack, "topic", "create", topic, "--partitions", "4", "--set", "batch.ms=500")
+    assert proc.returncode == 0, proc.stderr  # the dev stack's broker is clustered
+    doc = json.loads(memq(memq_stack, "topic", "describe", topic, "--json").stdout)
+    assert doc["settings"]["batch"]["ms"] == 500
+    assert "secret_access_key" not in json.dumps(doc)
+    table = memq(memq_stack, "topic", "describe", topic).stdout
+    rows = [[c.strip() for c in line.split("│")[1:3]] for line in table.splitlines()]
+    assert ["batch.ms", "500"] in rows
+    proc = memq(memq_stack, "topic", "delete", topic, stdin=b"n\n")
+    assert proc.returncode == 1 and f"topic {topic} not deleted" in proc.stderr
+    assert topic in memq(memq_stack, "topic", "list").stdout
+    assert memq(memq_stack, "topic", "delete", topic, "--yes").returncode == 0
+
+
+def test_consume_on_the_local_stack_joins_fast_and_says_so(
+    memq_stack: StackState, unique_name: Any
+) -> None:
+    topic = unique_name("join")
+    assert memq(memq_stack, "produce", "--topic", topic, "--count", "10").returncode == 0
+    t0 = time.monotonic()
+    # No -X: the CLI passes the short session settings itself on the local stack.
+    # FORCE_COLOR makes stderr a terminal for rich: the "joining group" status shows.
+    proc = memq(
+        memq_stack, "consume", "--topic", topic, "--from-beginning", "--max", "10",
+        FORCE_COLOR="1",
+    )  # fmt: skip
+    took = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stderr
+    assert len(proc.stdout.splitlines()) == 10
+    assert "joining group 'memq-cli' for topic" in proc.stderr
+    assert took < 18, f"consume took {took:.1f} s: the group join used the 45 s session"
+
+
+CONSUMER_WITH_BOOTSTRAP = textwrap.dedent(
+    """
+    import sys
+    from memq import Consumer, Producer
+
+    brokers, topic = sys.argv[1], sys.argv[2]
+    with Producer({"bootstrap.servers": brokers, "linger.ms": 1}) as p:
+        for i in range(50):
+            p.produce(topic, b"v%d" % i)
+        assert p.flush(30) == 0
+    c = Consumer({"bootstrap.servers": brokers, "group.id": "explicit",
+                  "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
+                  "heartbeat.interval.ms": 1000})
+    c.subscribe(topic)
+    got = []
+    for _ in range(60):
+        got += [m.value for m in c.consume(100, 1.0)]
+        if len(got) >= 50:
+            break
+    c.close()
+    print(len(got), len(set(got)))
+    """
+)
+
+
+def test_explicit_bootstrap_gets_the_stacks_storage_settings(
+    memq_stack: StackState, unique_name: Any
+) -> None:
+    # Given the stack's brokers explicitly, with no AWS variables at all: the profile's
+    # storage settings (endpoint, throwaway credentials) must still reach the fetches.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "MEMQ_"))}
+    env["MEMQ_STATE_DIR"] = memq_stack.state_dir
+    brokers = ",".join(b["endpoint"] for b in memq_stack.extra["brokers"])
+    proc = subprocess.run(
+        [sys.executable, "-c", CONSUMER_WITH_BOOTSTRAP, brokers, unique_name("explicit")],
+        capture_output=True,
+        text=True,
+        timeout=150,
+        env=env,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["50", "50"]
+
+
+def test_backfill_of_an_empty_range_fails_before_spark(
+    memq_stack: StackState, unique_name: Any, tmp_path: Any
+) -> None:
+    topic = unique_name("range")
+    assert memq(memq_stack, "produce", "--topic", topic, "--count", "5").returncode == 0
+    out = tmp_path / "out"
+    t0 = time.monotonic()
+    proc = memq(
+        memq_stack, "backfill", "--topic", topic, "--out", str(out),
+        "--from", "2020-01-01", "--to", "2020-01-02",
+    )  # fmt: skip
+    assert proc.returncode == 1 and time.monotonic() - t0 < 15  # no Spark was started
+    (line,) = proc.stderr.strip().splitlines()
+    assert f"no objects of topic {topic!r} (cluster 'dev')" in line
+    assert "from 2020-01-01T00:00:00.000Z to 2020-01-02T00:00:00.000Z" in line
+    assert f"s3://{memq_stack.bucket}/" in line and f"/dev/topics/{topic}/" in line
+    assert "--allow-empty" in line and not out.exists()

@@ -1,0 +1,102 @@
+"""Bad option values are one-line usage errors before anything runs (issue 16, items 5, 8
+and 10); the config errors behind --acks say their value once."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from memq.cli.main import main
+
+CASES = [
+    (["produce", "--topic", "t", "--count", "5", "--size", "-1"], "'--size'"),
+    (["produce", "--topic", "t", "--count", "-5"], "'--count'"),
+    (["produce", "--topic", "t", "--count", "0"], "'--count'"),
+    (["produce", "--topic", "t", "--count", "5", "--acks", "2"], "'2' is not one of 0, 1, all, -1"),
+    (["produce", "--topic", "t", "--count", "5", "--rate", "-1"], "'--rate'"),
+    (["produce", "--topic", "", "--count", "1"], "invalid topic name ''"),
+    (["produce", "--topic", "bad name", "--count", "1"], "1-249 characters"),
+    (["produce", "--topic", "t/x", "--count", "1"], "1-249 characters"),
+    (["produce", "--topic", "x" * 300, "--count", "1"], "1-249 characters"),
+    (["produce", "--topic", "t", "--compression", "foo"], "unknown compression 'foo'"),
+    (["produce", "--topic", "t", "--batch-size", "10"], "'--batch-size'"),
+    (["consume", "--topic", "lines", "--from-time", "-5"], "before 1970"),
+    (["consume", "--topic", "t", "--from-time", "yesterday"], "is not ISO-8601"),
+    (["consume", "--topic", "t", "--max", "-1"], "'--max'"),
+    (["consume", "--topic", "t", "--timeout", "-1"], "'--timeout'"),
+    (["consume", "--topic", "t", "--group", ""], "'--group'"),
+    (["peek", "--topic", "t", "--last", "-2"], "'--last'"),
+    (["cat", "s3://memq-dev/"], "names a bucket, not an object"),
+    (["cat", "some-file", "--records", "-1"], "'--records'"),
+    (["topic", "create", "bad name"], "1-249 characters"),
+    (["topic", "create", "t", "--partitions", "0"], "'--partitions'"),
+    (["topic", "create", "t", "--expected-mbps", "-3"], "'--expected-mbps'"),
+    (["audit", "report", "--topic", "t", "--limit", "-1"], "'--limit'"),
+    (["dev", "up", "--s3-port", "70000"], "'--s3-port'"),
+    (["token", "create", "--principal", ""], "'--principal'"),
+]
+
+
+def run(args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:  # fmt: skip
+    monkeypatch.setattr(sys, "argv", ["memq", *args])
+    with pytest.raises(SystemExit) as exc:
+        main()
+    code = exc.value.code
+    return int(code) if isinstance(code, int) else 1, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("args", "says"), CASES, ids=[" ".join(a)[:60] for a, _ in CASES])
+def test_bad_values_are_one_line_usage_errors(
+    args: list[str], says: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    tmp_path: object,
+) -> None:  # fmt: skip
+    monkeypatch.setenv("MEMQ_STATE_DIR", str(tmp_path))  # no stack: nothing may be reached
+    code, err = run(args, monkeypatch, capsys)
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("usage error: "), err
+    assert says in lines[0] and f"memq {args[0]}" in lines[0]
+
+
+def test_short_token_secret(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    monkeypatch.setenv("MEMQ_AUTH_TOKEN_SECRET", "x")
+    code, err = run(["token", "create", "--principal", "a"], monkeypatch, capsys)
+    assert (
+        code == 2 and "has 1 bytes: use at least 16" in err and len(err.strip().splitlines()) == 1
+    )
+    monkeypatch.setenv("MEMQ_AUTH_TOKEN_SECRET", "0123456789abcdef")
+    code, _ = run(["token", "create", "--principal", "a"], monkeypatch, capsys)
+    assert code == 0
+
+
+def test_acks_error_names_the_value_once() -> None:
+    from memq.errors import ConfigError
+    from memq.producer import ProducerConfig
+
+    with pytest.raises(ConfigError) as e:
+        ProducerConfig.from_mapping({"acks": "foo"})
+    assert str(e.value).count("'foo'") == 1 and "Value error" not in str(e.value)
+    with pytest.raises(ConfigError, match="acks must be 0, 1 or all"):
+        ProducerConfig.from_mapping({"acks": 2})  # Kafka rejects acks=2 too
+
+
+def test_a_request_boto3_refuses_is_not_retried() -> None:
+    from botocore.exceptions import ParamValidationError
+
+    from memq.errors import StorageAccessError
+    from memq.storage_handlers.s3 import classify_s3_error
+
+    e = classify_s3_error(ParamValidationError(report="Invalid length for Key"), "GET s3://b/")
+    assert isinstance(e, StorageAccessError) and not e.retriable
+    assert "Invalid length for Key" in str(e)
+
+
+def test_topic_settings_flatten_to_the_set_keys() -> None:
+    from memq.cli.admin import flatten
+
+    assert flatten({"batch": {"ms": 500, "bytes": 8}, "ring_size": 3}) == {
+        "batch.ms": 500,
+        "batch.bytes": 8,
+        "ring_size": 3,
+    }
