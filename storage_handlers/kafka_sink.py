@@ -133,21 +133,28 @@ class KafkaNotificationSink:
         self._poller = threading.Thread(target=self._poll_loop, name="notify-poll", daemon=True)
         self._poller.start()
 
-    def ensure_topic(self, topic: str) -> bool:
-        """Create the notification ``topic`` if missing and allowed; True when created."""
-        if not self.config.create_topic:
+    def ensure_topic(
+        self,
+        topic: str,
+        notification: NotificationConfig | None = None,
+        retention_ms: int | None = None,
+    ) -> bool:
+        """Create the notification ``topic`` if missing and allowed, with ``notification``'s
+        partitions and replication (the topic's own settings: topics sharing this sink may
+        differ) and Kafka ``retention.ms``; True when created."""
+        cfg = notification or self.config
+        if not cfg.create_topic:
             return False
         security = {
-            k: v
-            for k, v in self.config.producer.items()
-            if k.startswith(("security.", "sasl.", "ssl."))
+            k: v for k, v in cfg.producer.items() if k.startswith(("security.", "sasl.", "ssl."))
         }
         return ensure_topic(
-            self.config.bootstrap_servers,
+            cfg.bootstrap_servers,
             topic,
-            self.config.partitions,
-            self.config.replication_factor,
+            cfg.partitions,
+            cfg.replication_factor,
             security,
+            configs=None if retention_ms is None else {"retention.ms": str(retention_ms)},
         )
 
     def _new_producer(self) -> Any:

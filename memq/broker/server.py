@@ -8,6 +8,7 @@ by default; the runner passes a clustered one) and offers itself to it as a
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import os
@@ -213,9 +214,15 @@ class BrokerServer:
         loop = asyncio.get_running_loop()
         sink = self.sink_for(cfg.notification)
         ensure = getattr(sink, "ensure_topic", None)
-        if ensure is not None:
+        if ensure is not None:  # with this topic's partitions and retention (not the sink's)
             await loop.run_in_executor(
-                self.executor, ensure, cfg.notification_topic(self.config.cluster)
+                self.executor,
+                functools.partial(
+                    ensure,
+                    cfg.notification_topic(self.config.cluster),
+                    cfg.notification,
+                    cfg.retention.notification_ms,
+                ),
             )
         if cfg.name in self.processors:  # started meanwhile (while we awaited above)
             return self.processors[cfg.name]

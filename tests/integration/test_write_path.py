@@ -162,3 +162,33 @@ def test_duplicate_block_is_not_stored_twice(memq_stack: StackState, s3_bucket: 
     assert first.key == second.key
     objects = read_objects(memq_stack.s3_client(), s3_bucket)
     assert [r[2] for o in objects for r in o.records] == [b"once"]
+
+
+def test_each_notification_topic_gets_its_own_partitions_and_retention(
+    memq_stack: StackState, s3_bucket: str
+) -> None:
+    """Topics on one Kafka share a notification sink; their notification topics still get
+    their own partition counts and retention (not the first topic's)."""
+    import uuid
+
+    from memq.storage_handlers.kafka_topics import describe_topic
+
+    cluster = f"np-{uuid.uuid4().hex[:8]}"
+    cfg = broker_config(
+        memq_stack, bucket=s3_bucket, cluster=cluster, partitions=2,
+        topics=["small", "wide"],
+        topic_overrides={},
+    )  # fmt: skip
+    data = cfg.model_dump(mode="json", by_alias=True)
+    data["topics"] = [
+        {**data["topic_defaults"], "name": "small", "retention": {"ms": 3_600_000}},
+        {**data["topic_defaults"], "name": "wide", "notification": {
+            **data["topic_defaults"]["notification"], "partitions": 6}},
+    ]  # fmt: skip
+    from memq.config import load_broker_config
+
+    with BrokerThread(load_broker_config(data=data, env={})):
+        small = describe_topic(memq_stack.kafka_bootstrap, f"memq.{cluster}.small.notifications")
+        wide = describe_topic(memq_stack.kafka_bootstrap, f"memq.{cluster}.wide.notifications")
+    assert (small.partitions, wide.partitions) == (2, 6)
+    assert small.retention_ms == 3_600_000 + 86_400_000
