@@ -59,7 +59,7 @@ from memq.protocol import (
     TopicListResponse,
     TopicUpdate,
 )
-from memq.storage_handlers.kafka_topics import sync_notification_retention
+from memq.storage_handlers.kafka_topics import grow_partitions, sync_notification_retention
 
 __all__ = ["ClusterMember"]
 
@@ -467,7 +467,8 @@ class ClusterMember:
             )
         except ConfigError as e:
             raise InvalidRequestError(str(e)) from None
-        # Kafka first (raises if it refuses): never store a retention Kafka does not keep.
+        # Kafka first (raises if it refuses): never store what Kafka does not apply.
+        grow_partitions(cfg, self.config.cluster, before)
         sync_notification_retention(cfg, self.config.cluster, before)
         try:
             self.zk.set(self.layout.topic(name), dumps(cfg), version=stat.version)

@@ -35,6 +35,7 @@ __all__ = [
     "delete_topic",
     "describe_topic",
     "ensure_retention",
+    "grow_partitions",
     "kafka_security",
     "scan_notifications",
     "sync_notification_retention",
@@ -235,6 +236,45 @@ def sync_notification_retention(
         ) from e
     log.info("topic %s: %s", cfg.name, done)
     return done
+
+
+def grow_partitions(
+    cfg: TopicConfig, cluster: str, previous: TopicConfig, timeout: float = 15.0
+) -> str | None:
+    """Give the notification topic ``cfg.notification.partitions`` partitions when they
+    changed (Kafka's create_partitions: partitions only grow). Raises, saying why, when
+    Kafka does not apply it: the caller then stores nothing."""
+    new, old = cfg.notification.partitions, previous.notification.partitions
+    if new == old:
+        return None
+    topic = cfg.notification_topic(cluster)
+    if new < old:
+        raise InvalidRequestError(
+            f"topic {cfg.name!r}: notification.partitions can only grow ({old} -> {new}); "
+            "fewer read partitions would need a new notification topic"
+        )
+    from confluent_kafka.admin import NewPartitions  # type: ignore[attr-defined]
+
+    n = cfg.notification
+    admin = _admin(n.bootstrap_servers, kafka_security(n.producer))
+    try:
+        fut = admin.create_partitions(
+            [NewPartitions(topic, new)], operation_timeout=timeout, request_timeout=timeout
+        )[topic]
+        fut.result(timeout)
+    except Exception as e:
+        raise _error(
+            f"topic {cfg.name!r} not changed: Kafka at {n.bootstrap_servers} did not grow "
+            f"{topic} from {old} to {new} partitions",
+            e,
+        ) from e
+    have = _partitions(admin, topic, timeout)
+    if have != new:
+        raise InvalidRequestError(
+            f"topic {cfg.name!r} not changed: Kafka reports {have} partitions for {topic} "
+            f"after asking for {new}"
+        )
+    return f"{topic} grown from {old} to {new} partitions"
 
 
 def delete_topic(

@@ -458,3 +458,29 @@ def test_a_topic_no_broker_has_memory_for_is_reported_then_placed_on_a_bigger_br
         for b in [*small, *([big] if big else [])]:
             if b.server is not None and not b.server.draining:
                 b.stop()
+
+
+def test_growing_read_partitions_takes_effect_or_fails_loudly(
+    three: list[BrokerThread], unique_name: Any, memq_stack: StackState
+) -> None:
+    """notification.partitions: applied by Kafka's create_partitions and then stored, or
+    refused with Kafka's reason and nothing stored (the local Kafka-protocol broker cannot
+    create partitions); shrinking is refused up front."""
+    from memq.errors import InvalidRequestError, MemqError
+    from memq.storage_handlers.kafka_topics import describe_topic
+
+    admin = AdminClient([b.address for b in three])
+    topic = unique_name("parts")
+    admin.create_topic(topic, {"notification.partitions": 2})
+    nt = f"memq.test.{topic}.notifications"
+    with pytest.raises(InvalidRequestError, match="can only grow"):
+        admin.update_topic(topic, {"notification.partitions": 1})
+    try:
+        admin.update_topic(topic, {"notification.partitions": 4})
+    except MemqError as e:  # this Kafka cannot grow partitions: a clear, typed refusal
+        assert "did not grow" in str(e) and "2 to 4" in str(e)
+        assert describe_topic(memq_stack.kafka_bootstrap, nt).partitions == 2
+        assert admin.describe_topic(topic)["notification"]["partitions"] == 2  # not stored
+    else:  # a Kafka that can: applied there and stored
+        assert describe_topic(memq_stack.kafka_bootstrap, nt).partitions == 4
+        assert admin.describe_topic(topic)["notification"]["partitions"] == 4
