@@ -172,6 +172,8 @@ class TopicMetadata(_Msg):
     storage: dict[str, Any] = {}
     notification: dict[str, Any] = {}
     max_block_bytes: int = 0
+    #: The topic's retention.ms (None: forever).
+    retention_ms: int | None = None
     error: str | None = None
 
 

@@ -9,6 +9,8 @@ Figures for a group are computed over the blocks *produced* in the asked window:
   The price: a loss of the very first blocks a group should have read goes unseen; for
   groups that read from the beginning, ``strict`` counts every block of the window;
 - ``pending``: the same within the grace period (in flight, not yet a loss);
+- ``expired``: blocks never handed out whose topic's ``retention.ms`` (reported by the
+  producer with each block) has passed: deleted by design, neither missing nor pending;
 - ``duplicates``: blocks handed out more than once (a retried block stored twice, a
   redelivery after a crash: at-least-once), with the extra records: what the consumer's
   dedup did not catch;
@@ -37,6 +39,8 @@ __all__ = ["Figures", "GroupFigures", "TopicFigures", "percentile"]
 MINUTE_MS = 60_000
 
 _SEVERITY = {"ok": 0, "unconsumed": 0, "warn": 1, "missing": 2}
+#: Produced blocks still within their topic's retention (an expired one is not missing).
+_UNEXPIRED = "AND (p.expires_ms IS NULL OR p.expires_ms > ?)"
 
 
 def _u64(i: int) -> int:
@@ -59,6 +63,9 @@ class GroupFigures:
     consumed_records: int = 0
     missing_blocks: int = 0
     missing_records: int = 0
+    #: Unconsumed blocks older than their topic's retention.ms: deleted by design, not lost.
+    expired_blocks: int = 0
+    expired_records: int = 0
     pending_blocks: int = 0
     pending_records: int = 0
     duplicate_blocks: int = 0
@@ -191,14 +198,17 @@ class Figures:
         if gf.watch_start_ms is not None:
             cutoff = now_ms - grace_ms
             lo = max(since_ms, gf.watch_start_ms)
-            for acked, recs in conn.execute(
-                "SELECT p.acked_ms, p.records FROM produced p WHERE p.topic = ? "
+            for acked, recs, expires in conn.execute(
+                "SELECT p.acked_ms, p.records, p.expires_ms FROM produced p WHERE p.topic = ? "
                 "AND p.acked_ms BETWEEN ? AND ? AND NOT EXISTS (SELECT 1 FROM consumed c "
                 "WHERE c.topic = p.topic AND c.grp = ? AND c.producer_id = p.producer_id "
                 "AND c.epoch = p.epoch AND c.sequence = p.sequence)",
                 (topic, lo, now_ms, group),
             ):
-                if acked < cutoff:
+                if expires is not None and expires <= now_ms:  # past the topic's retention
+                    gf.expired_blocks += 1
+                    gf.expired_records += recs
+                elif acked < cutoff:
                     gf.missing_blocks += 1
                     gf.missing_records += recs
                 else:
@@ -287,8 +297,8 @@ class Figures:
                     "SELECT p.acked_ms, p.records FROM produced p WHERE p.topic = ? "
                     "AND p.acked_ms BETWEEN ? AND ? AND NOT EXISTS (SELECT 1 FROM consumed c "
                     "WHERE c.topic = p.topic AND c.grp = ? AND c.producer_id = p.producer_id "
-                    "AND c.epoch = p.epoch AND c.sequence = p.sequence)",
-                    (topic, max(first, start), now_ms, g),
+                    "AND c.epoch = p.epoch AND c.sequence = p.sequence) " + _UNEXPIRED,
+                    (topic, max(first, start), now_ms, g, now_ms),
                 ):
                     if (i := slot(acked)) is not None:
                         (missing if acked < cutoff else pending)[i] += recs
@@ -323,9 +333,9 @@ class Figures:
             "p.acks, p.bucket, p.object_key, p.client FROM produced p WHERE p.topic = ? "
             "AND p.acked_ms BETWEEN ? AND ? AND NOT EXISTS (SELECT 1 FROM consumed c "
             "WHERE c.topic = p.topic AND c.grp = ? AND c.producer_id = p.producer_id "
-            "AND c.epoch = p.epoch AND c.sequence = p.sequence) "
+            "AND c.epoch = p.epoch AND c.sequence = p.sequence) " + _UNEXPIRED + " "
             "ORDER BY p.acked_ms, p.producer_id, p.sequence LIMIT ?",
-            (topic, max(since_ms, start), now_ms - grace_ms - 1, group, limit),
+            (topic, max(since_ms, start), now_ms - grace_ms - 1, group, now_ms, limit),
         )
         return [
             {

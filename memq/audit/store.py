@@ -44,7 +44,7 @@ CREATE TABLE IF NOT EXISTS produced (
     topic TEXT NOT NULL, producer_id INTEGER NOT NULL, epoch INTEGER NOT NULL,
     sequence INTEGER NOT NULL, records INTEGER NOT NULL, content_crc INTEGER NOT NULL,
     min_ts INTEGER NOT NULL, acked_ms INTEGER NOT NULL, acks TEXT, bucket TEXT,
-    object_key TEXT, client TEXT, reports INTEGER NOT NULL DEFAULT 1,
+    object_key TEXT, client TEXT, reports INTEGER NOT NULL DEFAULT 1, expires_ms INTEGER,
     PRIMARY KEY (topic, producer_id, epoch, sequence)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS produced_by_time ON produced (topic, acked_ms);
@@ -75,8 +75,8 @@ CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NU
 
 _INSERT_PRODUCED = """
 INSERT INTO produced (topic, producer_id, epoch, sequence, records, content_crc, min_ts,
-                      acked_ms, acks, bucket, object_key, client)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                      acked_ms, acks, bucket, object_key, client, expires_ms)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (topic, producer_id, epoch, sequence) DO UPDATE SET reports = reports + 1
 """
 
@@ -131,6 +131,9 @@ class AuditStore:
         try:
             conn = self._conn()
             conn.executescript(_SCHEMA)
+            cols = {row[1] for row in conn.execute("PRAGMA table_info(produced)")}
+            if "expires_ms" not in cols:  # a file from before retention-aware figures
+                conn.execute("ALTER TABLE produced ADD COLUMN expires_ms INTEGER")
         except sqlite3.DatabaseError as e:
             raise MemqError(
                 f"audit database {self.path} is not a usable SQLite file ({e}): move it away "
@@ -180,9 +183,10 @@ class AuditStore:
             r = item.record
             pid, seq = _i64(r.producer_id), _i64(r.sequence)
             if r.kind == "produced":
+                expires = None if r.retention_ms is None else r.time + r.retention_ms
                 produced.append(
                     (r.topic, pid, r.epoch, seq, r.records, r.content_crc, r.min_timestamp,
-                     r.time, r.acks, r.bucket, r.key, r.client)
+                     r.time, r.acks, r.bucket, r.key, r.client, expires)
                 )  # fmt: skip
             elif r.kind == "consumed":
                 consumed.append(

@@ -328,6 +328,7 @@ class BrokerServer:
                     "partitions": cfg.notification.partitions,
                 },
                 max_block_bytes=cfg.block_limit,
+                retention_ms=cfg.retention.ms,
             )
         return ClusterMetadata(
             cluster=self.config.cluster,

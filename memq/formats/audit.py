@@ -84,6 +84,9 @@ class AuditRecord(BaseModel):
     key: Annotated[str, Field(max_length=1024)] | None = None
     group: _Short | None = None
     block_index: Annotated[int, Field(ge=0, le=0xFFFFFFFF)] | None = None
+    #: ``produced`` only: the topic's retention.ms when the block was acked (null:
+    #: forever or unknown); past it, an unconsumed block is expired, not missing.
+    retention_ms: Annotated[int, Field(ge=0)] | None = None
 
 
 def encode_audit(fields: dict[str, Any]) -> bytes:

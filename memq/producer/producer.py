@@ -401,6 +401,7 @@ class Producer:
 
     def _audit_fields(self, block: SealedBlock, meta: dict[str, Any]) -> dict[str, Any]:
         o = block.open
+        tmeta = self._sender.meta.cached(o.topic)
         return {
             "kind": "produced",
             "topic": o.topic,
@@ -415,6 +416,7 @@ class Producer:
             "bucket": meta.get("bucket"),
             "key": meta.get("key"),
             "block_index": meta.get("block_index"),
+            "retention_ms": tmeta.retention_ms if tmeta is not None else None,
         }
 
     # --- flush / close ------------------------------------------------------------------

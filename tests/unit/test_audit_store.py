@@ -381,3 +381,31 @@ def test_dropped_copies_reach_the_gauges_and_the_report(store: AuditStore) -> No
     report = console.export_text()
     assert "dups dropped" in report and "160 (2 copies)" in report
     assert "100 (1 blocks)" in report
+
+
+def test_blocks_past_their_topics_retention_are_expired_not_missing(store: AuditStore) -> None:
+    """A block never consumed whose topic kept data 5 s (retention_ms in its produced
+    record) expired by design; without a retention it is missing."""
+
+    def with_retention(seq: int, t: int, retention: int | None) -> Ingest:
+        item = produced(seq, t)
+        return Ingest(item.record.model_copy(update={"retention_ms": retention}),
+                      item.kafka_topic, item.partition, item.offset)  # fmt: skip
+
+    store.apply([consumed(9, T0 + 500), with_retention(9, T0, 5_000)])  # the watch start
+    store.apply([with_retention(1, T0 + 1000, 5_000), with_retention(2, T0 + 1000, None)])
+    g = figures(store, T0 + 60_000).groups[0]
+    assert (g.expired_blocks, g.expired_records) == (1, 100)
+    assert (g.missing_blocks, g.missing_records) == (1, 100)
+    (row,) = store.missing("events", "g", now_ms=T0 + 60_000, since_ms=T0 - MIN, grace_ms=10_000)
+    assert row["sequence"] == 2
+
+
+def test_a_file_from_before_expiry_gains_the_column(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    AuditStore(path).close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("ALTER TABLE produced DROP COLUMN expires_ms")
+    store = AuditStore(path)
+    store.apply([produced(1, T0)])
+    assert figures(store, T0 + 60_000).produced_blocks == 1
