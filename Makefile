@@ -31,6 +31,13 @@ $(STAMP): pyproject.toml
 			echo "      install it as root: sudo apt-get install -y chromium"; \
 		fi; \
 	fi
+	@# kafkajs for the Kafka listener's Node.js client test (tests/integration/test_kafka_listener.py).
+	@if command -v npm >/dev/null 2>&1; then \
+		npm install --silent --no-audit --no-fund --prefix $(VENV)/node kafkajs || \
+			echo "warning: npm install kafkajs failed: the kafkajs test will be skipped"; \
+	else \
+		echo "note: npm is missing: the kafkajs test is skipped (apt-get install -y nodejs npm)"; \
+	fi
 	@touch $(STAMP)
 
 install: $(STAMP)
@@ -64,7 +71,7 @@ chaos: install
 	$(BIN)/python benchmarks/chaos.py
 	$(BIN)/python benchmarks/chaos.py --no-dedup --out benchmarks/results/chaos-no-dedup.json
 	$(BIN)/python benchmarks/bench_hostile.py
-	@for t in frame stream block batch notification audit; do \
+	@for t in frame stream block batch notification audit kafka; do \
 		echo "fuzzing $$t for $(FUZZ_SECONDS) s"; \
 		(cd $$(mktemp -d) && $(CURDIR)/$(BIN)/python $(CURDIR)/tests/fuzz/fuzz_decoders.py $$t \
 			-max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=10 -print_final_stats=1) || exit 1; \

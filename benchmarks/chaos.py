@@ -18,14 +18,17 @@ on). A scheduler with a fixed ``--seed`` injects, at random times, faults drawn 
   audit records).
 
 At the end: producers flush; the consumer must have every acknowledged record (exact
-set); every record consumed twice must come from one block identity (a retried block,
-not a second write); the auditor must report, for the consumer group, zero missing
-blocks and zero content mismatches over the whole run (strict); no process started
+set); with the consumer's default dedup, none twice, and the auditor must count no
+duplicate delivery (copies the consumer dropped are reported apart); with ``--no-dedup``
+every record consumed twice must come from one block identity (a retried block, not a
+second write) and the auditor's duplicate count must show them; the auditor must report,
+for the consumer group, zero missing blocks and zero content mismatches over the whole
+run (strict); no process started
 here may outlive it; each broker's peak RSS must stay under its idle RSS plus its batch
 memory plus a fixed overhead. The report lists every fault with the recovery time seen
 after it (from injection to the first ack of a record produced after the injection).
 
-    python benchmarks/chaos.py [--quick] [--seconds 90] [--faults 12] [--seed 7]
+    python benchmarks/chaos.py [--quick] [--seconds 90] [--faults 12] [--seed 7] [--no-dedup]
 
 Writes ``benchmarks/results/chaos.json``; exits 1 when a check fails.
 """
@@ -150,14 +153,15 @@ class Load:
 class Reader:
     """One consumer group member (auditing on) collecting every record it is handed."""
 
-    def __init__(self, bootstrap: str, topic: str, audit: dict[str, Any]) -> None:
+    def __init__(self, bootstrap: str, topic: str, audit: dict[str, Any], dedup: bool) -> None:
         self.got: list[tuple[bytes, int, int, int]] = []
         self.stop = threading.Event()
         self.error: str | None = None
         self.transient: list[str] = []  # retriable errors the application saw and retried
+        self.dropped: dict[str, int] = {}  # the consumer's dedup counters
         self.conf = {"bootstrap.servers": bootstrap, "group.id": "chaos-readers",
                      "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
-                     "heartbeat.interval.ms": 1000, **audit}  # fmt: skip
+                     "heartbeat.interval.ms": 1000, "dedup.enable": dedup, **audit}  # fmt: skip
         self.topic = topic
         self.thread = threading.Thread(target=self._run)
 
@@ -181,10 +185,14 @@ class Reader:
         except Exception as e:  # reported as a failed check
             self.error = f"{type(e).__name__}: {e}"
         finally:
+            names = ("duplicate_blocks_dropped", "duplicate_records_dropped", "dedup_out_of_window")
+            self.dropped = {n: int(getattr(c.stats, n, 0)) for n in names}
             c.close()
 
 
-def run(quick: bool, seconds: float, faults: int, seed: int, producers: int) -> dict[str, Any]:
+def run(
+    quick: bool, seconds: float, faults: int, seed: int, producers: int, dedup: bool = True
+) -> dict[str, Any]:
     from memq.audit.config import AuditorConfig
     from memq.client.admin import AdminClient
     from memq.run.auditor import AuditorThread
@@ -214,7 +222,8 @@ def run(quick: bool, seconds: float, faults: int, seed: int, producers: int) -> 
     brokers: dict[str, dict[str, Any]] = {}
     log: list[dict[str, Any]] = []
     doc: dict[str, Any] = {"benchmark": "chaos", "quick": quick, "seed": seed,
-                           "machine": benchlib.machine(), "seconds": seconds}  # fmt: skip
+                           "machine": benchlib.machine(), "seconds": seconds,
+                           "consumer_dedup": dedup}  # fmt: skip
     auditor = AuditorThread(AuditorConfig(kafka={"bootstrap_servers": state.kafka_bootstrap},
                                           audit_topic=audit_topic, db_path=tmp / "audit.db",
                                           http_port=0, grace_period_s=10))  # fmt: skip
@@ -241,7 +250,7 @@ def run(quick: bool, seconds: float, faults: int, seed: int, producers: int) -> 
         boot = ",".join(b["endpoint"] for b in brokers.values())
         AdminClient(boot).create_topic(topic, {"expected_mbps": 2, "min_writers": 2})
         auditor.start()
-        reader = Reader(boot, topic, audit)
+        reader = Reader(boot, topic, audit, dedup)
         reader.thread.start()
         load = Load(boot, topic, audit, producers)
         load.start()
@@ -317,9 +326,17 @@ def run(quick: bool, seconds: float, faults: int, seed: int, producers: int) -> 
             }
             for n, r in rss.items()
         },
+        dropped=reader.dropped,
         checks={
             "every_acked_record_consumed": not missing,
             "duplicates_are_retried_blocks": all(len(idents[v]) == 1 for v in dupes),
+            # Default (dedup on): nothing handed out twice, and the auditor agrees. With
+            # --no-dedup the copies reach the application and the auditor counts them.
+            "duplicates_as_configured": (
+                not dupes and g.get("duplicate_blocks") == 0
+                if dedup
+                else (g.get("duplicate_blocks", 0) > 0) == bool(dupes)
+            ),
             "audit_zero_missing": g.get("missing_blocks") == 0 and g.get("consumed_records", 0) > 0,
             "audit_zero_mismatch": g.get("mismatches") == 0,
             "consumer_without_error": reader.error is None,
@@ -404,14 +421,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--faults", type=int, default=None)
     ap.add_argument("--producers", type=int, default=3)
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument(
+        "--no-dedup", action="store_true", help="consumer without dedup: copies are counted"
+    )
     ap.add_argument("--out", type=Path, default=benchlib.RESULTS / "chaos.json")
     a = ap.parse_args(argv)
     seconds = a.seconds or (30.0 if a.quick else 90.0)
     faults = a.faults or (4 if a.quick else 12)
-    doc = run(a.quick, seconds, faults, a.seed, a.producers)
+    doc = run(a.quick, seconds, faults, a.seed, a.producers, dedup=not a.no_dedup)
     print(f"acked {doc['acked_records']:,} records, consumed {doc['consumed_records']:,} "
           f"({doc['duplicates']['extra_copies']} extra copies of {doc['duplicates']['records']} "
-          f"retried records), {doc['failed_records']} failed deliveries")  # fmt: skip
+          f"retried records), {doc['failed_records']} failed deliveries; consumer dedup "
+          f"{'on' if doc['consumer_dedup'] else 'off'}: {doc['dropped']}")  # fmt: skip
     for f in doc["faults"]:
         print(
             f"  t+{f['at_s']:5.1f}s {f['kind']:<13} recovery {f['recovery_s']} s  ({f['detail']})"

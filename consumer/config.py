@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from memq.config import AuditedClientConfig
 
@@ -39,10 +39,29 @@ class ConsumerConfig(AuditedClientConfig):
     prefetch_bytes: int = Field(default=256 * MiB, ge=MiB, alias="prefetch.bytes")
     #: Parallel GETs (threads) fetching objects.
     fetch_concurrency: int = Field(default=4, ge=1, le=256, alias="fetch.concurrency")
+    #: How long a fetch that fails with a retriable error (an S3 error, a timeout) is retried
+    #: (full-jitter backoff) before consume()/poll() raise it; the object stays next in line.
+    fetch_retry_timeout_ms: int = Field(default=60_000, ge=0, alias="fetch.retry.timeout.ms")
+    #: First backoff between fetch retries (they grow, jittered, up to retry.backoff.max.ms).
+    retry_backoff_ms: int = Field(default=100, ge=1, alias="retry.backoff.ms")
+    #: Longest backoff between fetch retries.
+    retry_backoff_max_ms: int = Field(default=5000, ge=1, alias="retry.backoff.max.ms")
+    #: How long close() waits for fetches in flight before it closes the storage readers
+    #: (fetches still running then are abandoned and counted).
+    close_timeout_ms: int = Field(default=10_000, ge=0, alias="close.timeout.ms")
     #: What to do with a missing (deleted) or corrupt object: fail (raise) or skip (log, count).
     corrupt_object_policy: Literal["fail", "skip"] = Field(
         default="fail", alias="corrupt.object.policy"
     )
+    #: Drop copies of blocks already handed out (same producer id, epoch and sequence), e.g.
+    #: a block a producer re-sent after a writer crashed (docs/guarantees.md).
+    dedup_enable: bool = Field(default=True, alias="dedup.enable")
+    #: Block ids remembered per producer (older ones are delivered again, and counted).
+    dedup_window_blocks: int = Field(default=2_000, ge=1, alias="dedup.window.blocks")
+    #: Producers remembered (least recently seen ones are forgotten first).
+    dedup_window_producers: int = Field(default=5_000, ge=1, alias="dedup.window.producers")
+    #: A producer not seen for this long is forgotten.
+    dedup_window_ms: int = Field(default=3_600_000, ge=1, alias="dedup.window.ms")
     #: Use this Kafka for notifications instead of the one the brokers advertise.
     notification_bootstrap_servers: str | None = Field(
         default=None, alias="notification.bootstrap.servers"
@@ -58,3 +77,12 @@ class ConsumerConfig(AuditedClientConfig):
 
     def bootstrap_list(self) -> list[str]:
         return [s.strip() for s in (self.bootstrap_servers or "").split(",") if s.strip()]
+
+    @model_validator(mode="after")
+    def _check_backoff(self) -> Self:
+        if self.retry_backoff_max_ms < self.retry_backoff_ms:
+            raise ValueError(
+                f"retry.backoff.max.ms ({self.retry_backoff_max_ms}) is below "
+                f"retry.backoff.ms ({self.retry_backoff_ms})"
+            )
+        return self

@@ -4,7 +4,9 @@ It reads the topic's notifications from Kafka as a member of a consumer group, f
 the objects they point at from S3 (or the filesystem) with a prefetch pool, verifies
 them, and hands their records to the application in object order. Offsets are
 notification offsets, committed only for objects whose last record was handed out, so
-a crash re-delivers at most the objects in progress, never loses one.
+a crash re-delivers at most the objects in progress, never loses one. Copies of blocks
+already handed out are dropped (``dedup.enable``; docs/guarantees.md says exactly what
+is guaranteed under which failure).
 
 Use it from one thread (like a Kafka consumer); the fetch pool works in the background.
 """
@@ -18,19 +20,20 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
 
 from memq.audit.client import ClientAudit
-from memq.client.bootstrap import fetch_metadata, resolve_client
+from memq.client.bootstrap import resolve_client
 from memq.consumer.config import ConsumerConfig
+from memq.consumer.connect import Connector, KafkaConnector
 from memq.consumer.fetcher import Start
+from memq.consumer.handout import Deduplicator
 from memq.consumer.message import Message, MessageId
-from memq.consumer.notifications import NotificationProbe, NotificationSource
+from memq.consumer.notifications import GroupMember
 from memq.consumer.offsets import GroupOffsets
 from memq.consumer.prefetch import ConsumerStats, Pending, Prefetcher
-from memq.consumer.seeking import Seeker
+from memq.consumer.seeking import Probe, Seeker
 from memq.errors import ClientClosedError, MemqError, UnknownTopicError
 from memq.formats.notification import Notification
 from memq.protocol import TopicMetadata
 from memq.storage_handlers.base import StorageReader
-from memq.storage_handlers.registry import make_reader
 
 __all__ = ["Consumer", "Lag"]
 
@@ -89,15 +92,22 @@ class Consumer:
             if cfg.audit_enabled(uses_local_stack=endpoints.local)
             else None
         )
+        #: Where subscribe() gets metadata, storage readers and the Kafka clients from:
+        #: replace it before subscribe() to run over in-process fakes (tests).
+        self.connector: Connector = KafkaConnector()
         self._notify_kafka: str | None = None
         self._topics: dict[str, _Topic] = {}  # notification topic -> topic
-        self._source: NotificationSource | None = None
-        self._probe: NotificationProbe | None = None
+        self._source: GroupMember | None = None
+        self._probe: Probe | None = None
         self.stats = ConsumerStats()
         self._offsets = GroupOffsets(
             auto_commit=cfg.enable_auto_commit,
             auto_commit_interval=cfg.auto_commit_interval_ms / 1000,
+            on_commit_error=self._commit_failed,
         )
+        #: Done offsets of partitions just revoked: where they resume if assigned back.
+        self._resume: dict[TP, int] = {}
+        self._dedup = Deduplicator.from_config(cfg, self.stats) if cfg.dedup_enable else None
         self._seeker = Seeker(
             restart=self._offsets.restart,
             drop=self._drop,
@@ -110,6 +120,7 @@ class Consumer:
             on_skip=self._skipped,
             stats=self.stats,
             audit=self._audit is not None,
+            dedup=self._dedup,
         )
         self._user_on_assign: PartitionsCallback | None = None
         self._user_on_revoke: PartitionsCallback | None = None
@@ -139,7 +150,7 @@ class Consumer:
         """Join the group for ``topic`` (or several); callbacks get ``[(topic, partition)]``."""
         self._check_open()
         names = [topic] if isinstance(topic, str) else list(topic)
-        meta = fetch_metadata(
+        meta = self.connector.metadata(
             self.bootstrap,
             names,
             timeout=self.config.metadata_timeout_ms / 1000,
@@ -154,7 +165,7 @@ class Consumer:
                     f"{t.error if t else 'no metadata'}"
                 )
             note_topic = t.notification["topic"]
-            reader = make_reader(t.storage, self._storage)
+            reader = self.connector.reader(t.storage, self._storage)
             self._topics[note_topic] = _Topic(name, t, reader)
             kafka.add(
                 self.config.notification_bootstrap_servers or t.notification["bootstrap_servers"]
@@ -168,11 +179,11 @@ class Consumer:
         conf = self._kafka_conf(self._notify_kafka)
         self._user_on_assign, self._user_on_revoke = on_assign, on_revoke
         if self._source is None:
-            self._source = NotificationSource(conf)
-            self._probe = NotificationProbe(conf)
+            self._source = self.connector.member(conf)
+            self._probe = self.connector.probe(conf)
             self._offsets.source = self._source
             self._seeker.attach(self._source, self._probe)
-        self._source.subscribe(list(self._topics), self._assigned, self._revoked)
+        self._source.subscribe(list(self._topics), self._assigned, self._revoked, self._lost)
 
     def _memq(self, parts: list[TP]) -> list[tuple[str, int]]:
         return [(self._topics[t].name, p) for t, p in parts if t in self._topics]
@@ -182,18 +193,53 @@ class Consumer:
 
     def _assigned(self, parts: list[TP]) -> dict[TP, int] | None:
         log.info("assigned %s", parts)
-        offsets = self._seeker.assigned(parts)  # a seek_* asked for before the assignment
+        # A seek_* asked for before the assignment; else, for a partition revoked just
+        # before (the same rebalance: nobody read it since), where this member got to:
+        # the objects it had fetched ahead were dropped, and Kafka's committed offset
+        # may be behind (auto-commit off, or its commit failed).
+        offsets = self._seeker.assigned(parts) or {}
+        for tp in parts:
+            if tp in self._resume and tp not in offsets:
+                offsets[tp] = self._resume[tp]
+                self._offsets.restart(tp, offsets[tp])
+        self._resume.clear()
         if self._user_on_assign is not None:
             self._user_on_assign(self._memq(parts))
-        return offsets
+        return offsets or None
 
     def _revoked(self, parts: list[TP]) -> None:
+        """``parts`` are being revoked (still ours): commit what was handed out, clean up."""
         log.info("revoked %s", parts)
         gone = set(parts)
-        self._offsets.revoked(gone)  # commits their progress first (auto-commit)
-        self._drop(gone)
+        try:
+            self._offsets.commit_revoked(gone)  # auto-commit: their progress, first
+        except Exception as e:  # never breaks the rebalance; the cleanup below must run
+            log.warning("commit of revoked partitions %s failed: %s", parts, e)
+            self._commit_failed(e)
+        finally:
+            self._resume.update(self._forget(gone))
         if self._user_on_revoke is not None:
             self._user_on_revoke(self._memq(parts))
+
+    def _lost(self, parts: list[TP]) -> None:
+        """``parts`` were lost (another member may own them already): never commit."""
+        log.warning("lost %s (not committed: another member may own them)", parts)
+        gone = set(parts)
+        self._forget(gone)
+        for tp in gone:
+            self._resume.pop(tp, None)
+        if self._user_on_revoke is not None:
+            self._user_on_revoke(self._memq(parts))
+
+    def _forget(self, parts: set[TP]) -> dict[TP, int]:
+        """Drop everything of ``parts``: progress, seeks, objects; returns their progress."""
+        done = self._offsets.forget(parts)
+        self._seeker.revoked(parts)
+        self._drop(parts)
+        return done
+
+    def _commit_failed(self, _e: Exception) -> None:
+        self.stats.commit_failures += 1
 
     def _drop(self, parts: set[TP]) -> None:
         """Forget queued and in-progress objects of ``parts`` (after revoke or seek)."""
@@ -218,35 +264,39 @@ class Consumer:
     def _object_done(self, pending: Pending) -> None:
         self._offsets.object_done(pending.tp, pending.offset)
         self.stats.objects += 1
-        self.stats.record_counts.append(pending.notification.record_count)
-        if self._audit is not None and pending.blocks:
-            self._audit_object(pending)
-
-    def _audit_object(self, pending: Pending) -> None:
-        """One audit record per block of ``pending`` that was handed out."""
-        assert self._audit is not None
         note = pending.notification
+        if note is not None:  # else: a notification that did not decode, skipped
+            self.stats.record_counts.append(note.record_count)
+            if self._audit is not None and (pending.blocks or pending.copies):
+                self._audit_object(pending, note)
+
+    def _audit_object(self, pending: Pending, note: Notification) -> None:
+        """One ``consumed`` audit record per block of ``pending`` that was handed out, one
+        ``dropped`` record per copy of a block handed out before (dedup)."""
+        assert self._audit is not None
         now = int(time.time() * 1000)
-        for b in pending.blocks:
-            self._audit.emit(
-                {
-                    "kind": "consumed",
-                    "topic": self._topics[pending.tp[0]].name,
-                    "producer_id": b.producer_id,
-                    "epoch": b.epoch,
-                    "sequence": b.sequence,
-                    "records": b.records,
-                    "content_crc": b.content_crc,
-                    "min_timestamp": b.min_timestamp,
-                    "time": now,
-                    "bucket": note.bucket,
-                    "key": note.key,
-                    "group": self.config.group_id,
-                    "block_index": b.index,
-                },
-                self._notify_kafka,
-            )
-        pending.blocks = []
+        topic = self._topics[pending.tp[0]].name
+        for kind, blocks in (("consumed", pending.blocks), ("dropped", pending.copies)):
+            for b in blocks:
+                self._audit.emit(
+                    {
+                        "kind": kind,
+                        "topic": topic,
+                        "producer_id": b.producer_id,
+                        "epoch": b.epoch,
+                        "sequence": b.sequence,
+                        "records": b.records,
+                        "content_crc": b.content_crc,
+                        "min_timestamp": b.min_timestamp,
+                        "time": now,
+                        "bucket": note.bucket,
+                        "key": note.key,
+                        "group": self.config.group_id,
+                        "block_index": b.index,
+                    },
+                    self._notify_kafka,
+                )
+        pending.blocks = pending.copies = []
 
     def audit_stats(self) -> dict[str, int]:
         """Audit records emitted, delivered and dropped (zeros when auditing is off)."""
@@ -363,10 +413,17 @@ class Consumer:
         self._seeker.seek(
             tp, mid.offset, Start(mid.block, mid.record) if (mid.block or mid.record) else None
         )
+        self._reread()
+
+    def _reread(self) -> None:
+        """After a seek: what is read again is handed out again (dedup forgets)."""
+        if self._dedup is not None:
+            self._dedup.clear()
 
     def seek_to_beginning(self) -> None:
         """Continue from the oldest object of every (to be) assigned partition."""
         self._seeker.to_beginning()
+        self._reread()
 
     def seek_to_end(self) -> None:
         """Skip everything published so far in every (to be) assigned partition."""
@@ -381,6 +438,7 @@ class Consumer:
         the first object are skipped, whole blocks by their index without reading them.
         """
         self._seeker.to_time(timestamp_ms)
+        self._reread()
 
     # --- lag and lifecycle -------------------------------------------------------------
 
@@ -401,14 +459,18 @@ class Consumer:
         return Lag(total, round(total * avg), parts)
 
     def close(self) -> None:
-        """Commit what was fully handed out (with auto-commit), leave the group, stop fetching."""
+        """Commit what was fully handed out (with auto-commit), leave the group, stop fetching.
+
+        Fetches in flight are waited for (up to ``close.timeout.ms``) before the storage
+        readers are closed.
+        """
         if self._closed:
             return
         try:
             self._offsets.close()  # the final commit, with auto-commit
         finally:
             self._closed = True
-            self._prefetch.close()
+            self._prefetch.close(self.config.close_timeout_ms / 1000)
             if self._source is not None:
                 self._source.close()
             if self._probe is not None:

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import islice, repeat
+from typing import NamedTuple
 
 from memq.consumer.message import Message
 from memq.errors import CorruptObjectError, MemqFormatError
@@ -27,7 +28,7 @@ from memq.formats.gcpause import gc_paused
 from memq.formats.notification import Notification
 from memq.storage_handlers.base import StorageReader
 
-__all__ = ["BlockAudit", "FetchedObject", "Start", "fetch_object"]
+__all__ = ["BlockAudit", "BlockSpan", "FetchedObject", "Start", "fetch_object"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +53,16 @@ class BlockAudit:
     min_timestamp: int
 
 
+class BlockSpan(NamedTuple):
+    """One block's run of messages in :attr:`FetchedObject.messages`, with its id."""
+
+    block: int  # index in the object
+    producer_id: int
+    epoch: int
+    sequence: int
+    length: int  # messages of the block (fewer after a seek into it)
+
+
 @dataclass(slots=True)
 class FetchedObject:
     notification: Notification
@@ -62,6 +73,8 @@ class FetchedObject:
     seconds: float
     #: Per block, when fetched with ``audit=True``.
     blocks: list[BlockAudit] = field(default_factory=list)
+    #: Per block with messages, in order: where its messages are (for dedup).
+    spans: list[BlockSpan] = field(default_factory=list)
 
 
 def _verify_header(header: BatchHeader, note: Notification) -> None:
@@ -115,13 +128,18 @@ def fetch_object(
             data = reader.read(note.bucket, note.key, base, header.object_size)
             nbytes = hlen + len(data)
         blocks: list[BlockAudit] | None = [] if audit else None
+        spans: list[BlockSpan] = []
         with gc_paused():
-            messages = _decode(data, header, base, first, note, partition, offset, start, blocks)
+            messages = _decode(
+                data, header, base, first, note, partition, offset, start, blocks, spans
+            )
     except CorruptObjectError:
         raise
     except MemqFormatError as e:
         raise CorruptObjectError(f"object {note.key} is corrupt: {e}", key=note.key) from e
-    return FetchedObject(note, partition, offset, messages, nbytes, clock() - t0, blocks or [])
+    return FetchedObject(
+        note, partition, offset, messages, nbytes, clock() - t0, blocks or [], spans
+    )
 
 
 def _decode(
@@ -134,10 +152,12 @@ def _decode(
     offset: int,
     start: Start,
     blocks: list[BlockAudit] | None,
+    spans: list[BlockSpan],
 ) -> list[Message]:
     """Blocks ``first..`` of a verified header into Messages (``data`` starts at ``base``).
 
-    With ``blocks`` (a list), also appends each block's :class:`BlockAudit`.
+    Appends each block's :class:`BlockSpan` to ``spans`` and, with ``blocks`` (a list),
+    its :class:`BlockAudit`.
     """
     view = memoryview(data)
     messages: list[Message] = []
@@ -175,6 +195,8 @@ def _decode(
         if floor is not None and min(ts) < floor:
             block_messages = [m for m in block_messages if m.timestamp >= floor]
         messages.extend(block_messages)
+        if block_messages:
+            spans.append(BlockSpan(bi, bh.producer_id, bh.epoch, bh.sequence, len(block_messages)))
         if blocks is not None and block_messages:
             blocks.append(
                 BlockAudit(

@@ -15,18 +15,19 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from memq.errors import MemqError, MemqFormatError, NotificationError
 from memq.formats.notification import Notification, decode_notification
 
-__all__ = ["NotificationProbe", "NotificationSource", "Polled"]
+__all__ = ["GroupMember", "NotificationProbe", "NotificationSource", "Polled"]
 
 log = logging.getLogger(__name__)
 
-PartitionsCallback = Callable[[list[tuple[str, int]]], None]
+TP = tuple[str, int]  # (notification topic, partition)
+PartitionsCallback = Callable[[list[TP]], None]
 #: Called on assignment; may return start offsets for some of the partitions.
-AssignCallback = Callable[[list[tuple[str, int]]], dict[tuple[str, int], int] | None]
+AssignCallback = Callable[[list[TP]], dict[TP, int] | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +37,42 @@ class Polled:
     offset: int
     notification: Notification | None  # None when the record did not decode
     error: MemqFormatError | None = None
+
+
+class GroupMember(Protocol):
+    """What the consumer uses of its group membership (:class:`NotificationSource`).
+
+    Rebalance callbacks run inside :meth:`poll`: ``on_assign`` before the new partitions
+    are fetched (its offsets, if any, are where they start; the others start at the
+    committed offset), ``on_revoke`` while this member still owns the partitions (a
+    commit is still accepted), ``on_lost`` when it already may not (another member may
+    own them: never commit then). :meth:`pause` stops fetching every partition assigned
+    now (calling it again covers partitions assigned since); :meth:`resume` undoes it.
+    """
+
+    def subscribe(
+        self,
+        topics: list[str],
+        on_assign: AssignCallback,
+        on_revoke: PartitionsCallback,
+        on_lost: PartitionsCallback,
+    ) -> None: ...
+
+    def poll(self, max_records: int, timeout: float) -> list[Polled]: ...
+
+    def commit(self, offsets: dict[TP, int], *, asynchronous: bool) -> None: ...
+
+    def committed(self, parts: list[TP], timeout: float) -> dict[TP, int | None]: ...
+
+    def assignment(self) -> list[TP]: ...
+
+    def seek(self, topic: str, partition: int, offset: int) -> None: ...
+
+    def pause(self) -> None: ...
+
+    def resume(self) -> None: ...
+
+    def close(self) -> None: ...
 
 
 def _kafka_error(what: str, e: BaseException) -> NotificationError:
@@ -53,10 +90,24 @@ class NotificationSource:
             self.kafka = Consumer(config, logger=log)
         except Exception as e:
             raise MemqError(f"invalid notification consumer settings: {e}") from e
-        self.paused = False
+        self._paused: set[TP] = set()
+        #: Whether rebalances add and remove partitions (cooperative) instead of replacing
+        #: the whole assignment: on_assign then gets only the added ones.
+        self._incremental = (
+            "cooperative" in str(config.get("partition.assignment.strategy", ""))
+            or str(config.get("group.protocol", "")).lower() == "consumer"
+        )
+
+    @property
+    def paused(self) -> bool:
+        return bool(self._paused)
 
     def subscribe(
-        self, topics: list[str], on_assign: AssignCallback, on_revoke: PartitionsCallback
+        self,
+        topics: list[str],
+        on_assign: AssignCallback,
+        on_revoke: PartitionsCallback,
+        on_lost: PartitionsCallback,
     ) -> None:
         def assigned(c: Any, parts: list[Any]) -> None:
             offsets = on_assign([(p.topic, p.partition) for p in parts])
@@ -64,12 +115,23 @@ class NotificationSource:
                 for p in parts:
                     if (p.topic, p.partition) in offsets:
                         p.offset = offsets[(p.topic, p.partition)]
-                c.assign(parts)  # start where asked instead of the committed offsets
+                # Start where asked instead of the committed offsets.
+                if self._incremental:
+                    c.incremental_assign(parts)
+                else:
+                    c.assign(parts)
 
-        def revoked(_c: Any, parts: list[Any]) -> None:
-            on_revoke([(p.topic, p.partition) for p in parts])
+        def gone(callback: PartitionsCallback) -> Callable[[Any, list[Any]], None]:
+            def run(_c: Any, parts: list[Any]) -> None:
+                tps = [(p.topic, p.partition) for p in parts]
+                self._paused.difference_update(tps)
+                callback(tps)
 
-        self.kafka.subscribe(topics, on_assign=assigned, on_revoke=revoked, on_lost=revoked)
+            return run
+
+        self.kafka.subscribe(
+            topics, on_assign=assigned, on_revoke=gone(on_revoke), on_lost=gone(on_lost)
+        )
 
     def poll(self, max_records: int, timeout: float) -> list[Polled]:
         try:
@@ -127,14 +189,22 @@ class NotificationSource:
         self.kafka.seek(TopicPartition(topic, partition, offset))
 
     def pause(self) -> None:
-        if not self.paused:
-            self.kafka.pause(self.kafka.assignment())
-            self.paused = True
+        """Stop fetching every assigned partition (also those assigned since the last call)."""
+        from confluent_kafka import TopicPartition
+
+        todo = [tp for tp in self.assignment() if tp not in self._paused]
+        if todo:
+            self.kafka.pause([TopicPartition(t, p) for t, p in todo])
+            self._paused.update(todo)
 
     def resume(self) -> None:
-        if self.paused:
-            self.kafka.resume(self.kafka.assignment())
-            self.paused = False
+        from confluent_kafka import TopicPartition
+
+        if self._paused:
+            todo = [tp for tp in self.assignment() if tp in self._paused]
+            self._paused.clear()
+            if todo:
+                self.kafka.resume([TopicPartition(t, p) for t, p in todo])
 
     def close(self) -> None:
         try:

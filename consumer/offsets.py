@@ -8,10 +8,14 @@ is sent for a partition only when it differs from the last one sent.
 
 from __future__ import annotations
 
+import logging
 import time
+from collections.abc import Callable
 from typing import Protocol
 
 __all__ = ["GroupOffsets", "GroupSource"]
+
+log = logging.getLogger(__name__)
 
 TP = tuple[str, int]  # (notification topic, partition)
 
@@ -32,10 +36,17 @@ class GroupOffsets:
     ``source`` is attached once the consumer has subscribed; before that nothing is sent.
     """
 
-    def __init__(self, *, auto_commit: bool, auto_commit_interval: float) -> None:
+    def __init__(
+        self,
+        *,
+        auto_commit: bool,
+        auto_commit_interval: float,
+        on_commit_error: Callable[[Exception], None] = lambda e: None,
+    ) -> None:
         self.source: GroupSource | None = None
         self._auto_commit = auto_commit
         self._interval = auto_commit_interval
+        self._on_commit_error = on_commit_error
         self._done: dict[TP, int] = {}  # next offset to commit, per partition
         self._sent: dict[TP, int] = {}  # last offset sent in a commit, per partition
         self._last_commit = time.monotonic()
@@ -62,18 +73,30 @@ class GroupOffsets:
         return done
 
     def maybe_auto_commit(self) -> None:
-        """With auto-commit, commit (asynchronously) once the interval has passed."""
-        if self._auto_commit and time.monotonic() - self._last_commit >= self._interval:
-            self._send(dict(self._done), asynchronous=True)
-            self._last_commit = time.monotonic()
+        """With auto-commit, commit (asynchronously) once the interval has passed.
 
-    def revoked(self, parts: set[TP]) -> None:
-        """``parts`` left this member: commit their progress (auto-commit), then forget it."""
+        Never raises: it runs after records were taken for the application, which must
+        get them; a failed commit is reported to ``on_commit_error`` and tried again
+        at the next interval.
+        """
+        if self._auto_commit and time.monotonic() - self._last_commit >= self._interval:
+            self._last_commit = time.monotonic()
+            try:
+                self._send(dict(self._done), asynchronous=True)
+            except Exception as e:
+                log.warning("auto-commit failed (retried next interval): %s", e)
+                self._on_commit_error(e)
+
+    def commit_revoked(self, parts: set[TP]) -> None:
+        """With auto-commit, commit the progress of ``parts`` (being revoked; may raise)."""
         if self._auto_commit:
             self._send({tp: o for tp, o in self._done.items() if tp in parts}, asynchronous=False)
+
+    def forget(self, parts: set[TP]) -> dict[TP, int]:
+        """``parts`` left this member: forget their progress; returns it (done offsets)."""
         for tp in parts:
-            self._done.pop(tp, None)
             self._sent.pop(tp, None)
+        return {tp: self._done.pop(tp) for tp in parts if tp in self._done}
 
     def close(self) -> None:
         """Final synchronous commit of everything done (auto-commit, once subscribed)."""

@@ -1,27 +1,43 @@
 """The prefetch queue: objects fetched ahead of the application, in notification order.
 
 Polled notifications are submitted to a fetch pool as :class:`Pending` entries, bounded
-by ``prefetch.objects`` and ``prefetch.bytes`` (when full, the group is still served but
-nothing more is buffered). The head of the queue is taken when its fetch finishes and
-becomes the :class:`Current` object whose records are handed out. A failed fetch stays
-at the head and is fetched again, unless ``corrupt.object.policy=skip`` skips it.
+by ``prefetch.objects`` and ``prefetch.bytes``. When the queue is full the group is
+still served (every assigned partition paused, polled for rebalances) and whatever a
+poll returns anyway waits in a backlog: a polled notification is never dropped (Kafka's
+position is past it already). The head of the queue is taken when its fetch finishes
+and becomes the :class:`~memq.consumer.handout.Current` object whose records are handed
+out. A fetch failing with a retriable error is retried (full-jitter backoff) for
+``fetch.retry.timeout.ms``; a failure that is then still there, or is not retriable,
+stays at the head and is raised, unless ``corrupt.object.policy=skip`` skips it. So
+does a notification that does not decode (it is raised again, in its place, until a
+seek moves past it or the skip policy skips it).
 """
 
 from __future__ import annotations
 
+import copy
 import logging
+import threading
+import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from memq.consumer.config import ConsumerConfig
 from memq.consumer.fetcher import BlockAudit, FetchedObject, Start, fetch_object
-from memq.consumer.message import Message
+from memq.consumer.handout import Current, Deduplicator
 from memq.consumer.notifications import Polled
-from memq.errors import CorruptObjectError, MemqError, ObjectNotFoundError
+from memq.errors import (
+    CorruptObjectError,
+    MemqError,
+    MemqFormatError,
+    ObjectNotFoundError,
+    StorageError,
+)
 from memq.formats.notification import Notification
+from memq.retry import RetryPolicy
 from memq.storage_handlers.base import StorageReader
 
 __all__ = ["ConsumerStats", "Current", "Feed", "Pending", "Prefetcher"]
@@ -51,41 +67,40 @@ class ConsumerStats:
     skipped_missing: int = 0
     skipped_corrupt: int = 0
     fetch_seconds: float = 0.0
+    #: Fetches tried again after a retriable error.
+    fetch_retries: int = 0
+    #: Fetches still running when close() stopped waiting for them.
+    fetches_abandoned: int = 0
+    #: Commits that failed (automatic, or on revoke); the next one covers their offsets.
+    commit_failures: int = 0
+    #: Copies of blocks already handed out, dropped (dedup.enable), and their records.
+    duplicate_blocks_dropped: int = 0
+    duplicate_records_dropped: int = 0
+    #: Blocks older than the dedup window: delivered (they may be copies).
+    dedup_out_of_window: int = 0
     record_counts: deque[int] = field(default_factory=lambda: deque(maxlen=100))
 
 
 @dataclass(eq=False)
 class Pending:
-    """An object in the queue: its notification and its (running or finished) fetch."""
+    """An object in the queue: its notification and its (running or finished) fetch.
+
+    ``notification`` is None for a notification that did not decode (``error`` says why).
+    """
 
     tp: TP
     offset: int
-    notification: Notification
+    notification: Notification | None
     start: Start | None
-    future: Future[FetchedObject]
-    blocks: list[BlockAudit] = field(default_factory=list)  # set once it is current
-
-
-class Current:
-    """The object whose records are being handed out, and how many were."""
-
-    __slots__ = ("messages", "pending", "pos")
-
-    def __init__(self, pending: Pending, messages: list[Message]) -> None:
-        self.pending = pending
-        self.messages = messages
-        self.pos = 0
-
-    def take(self, n: int) -> list[Message]:
-        """Up to ``n`` more records."""
-        pos = self.pos
-        take = min(n, len(self.messages) - pos)
-        self.pos = pos + take
-        return self.messages[pos : pos + take]
+    future: Future[FetchedObject] | None
+    #: Audit of its blocks handed out, and of the copies dedup dropped (set when taken).
+    blocks: list[BlockAudit] = field(default_factory=list)
+    copies: list[BlockAudit] = field(default_factory=list)
+    error: MemqFormatError | None = None
 
     @property
-    def exhausted(self) -> bool:
-        return self.pos >= len(self.messages)
+    def size(self) -> int:
+        return self.notification.size if self.notification is not None else 0
 
 
 class Prefetcher:
@@ -93,7 +108,7 @@ class Prefetcher:
 
     ``reader(notification_topic)`` is the storage to fetch from, ``start(tp, offset)``
     where to start inside an object (after a seek), ``on_skip`` is told of each object
-    skipped by the policy.
+    skipped by the policy, ``dedup`` (if any) drops blocks already handed out.
     """
 
     def __init__(
@@ -105,6 +120,7 @@ class Prefetcher:
         on_skip: Callable[[Notification, MemqError], None],
         stats: ConsumerStats,
         audit: bool,
+        dedup: Deduplicator | None = None,
     ) -> None:
         self._config = config
         self._reader = reader
@@ -112,23 +128,81 @@ class Prefetcher:
         self._on_skip = on_skip
         self._stats = stats
         self._audit = audit
+        self._dedup = dedup
+        self._retry = RetryPolicy(
+            attempts=1 << 30,  # bounded by the deadline
+            base=config.retry_backoff_ms / 1000,
+            cap=config.retry_backoff_max_ms / 1000,
+            deadline=config.fetch_retry_timeout_ms / 1000,
+        )
         self._pool = ThreadPoolExecutor(config.fetch_concurrency, thread_name_prefix="memq-fetch")
+        self._closing = threading.Event()
+        self._lock = threading.Lock()  # the in-flight set and counters fetch threads update
+        self._inflight: set[Future[FetchedObject]] = set()
         self.queue: deque[Pending] = deque()
+        #: Polled while the queue was full: submitted, in order, before anything polled later.
+        self.backlog: deque[Polled] = deque()
         self._queued_bytes = 0
         self.current: Current | None = None
+
+    # --- fetching (the pool's side) -------------------------------------------------------
 
     def _fetch(
         self, tp: TP, offset: int, note: Notification, start: Start | None
     ) -> Future[FetchedObject]:
-        return self._pool.submit(
-            fetch_object, self._reader(tp[0]), note, tp[1], offset, start, audit=self._audit
-        )
+        reader = self._reader(tp[0])
+        fut = self._pool.submit(self._fetch_retrying, reader, note, tp[1], offset, start)
+        with self._lock:
+            self._inflight.add(fut)
+        fut.add_done_callback(self._finished)
+        return fut
+
+    def _finished(self, fut: Future[FetchedObject]) -> None:
+        with self._lock:
+            self._inflight.discard(fut)
+
+    def _fetch_retrying(
+        self,
+        reader: StorageReader,
+        note: Notification,
+        partition: int,
+        offset: int,
+        start: Start | None,
+    ) -> FetchedObject:
+        """Fetch (in the pool); retry retriable failures until ``fetch.retry.timeout.ms``."""
+        t0 = time.monotonic()
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return fetch_object(reader, note, partition, offset, start, audit=self._audit)
+            except MemqError as e:
+                err = e
+            except Exception as e:  # fail closed: a reader's untyped failure is a storage error
+                err = StorageError(f"fetching {note.key} failed: {e!r}")
+                err.__cause__ = e
+            delay = self._retry.delay(attempt)
+            elapsed = time.monotonic() - t0
+            if self._closing.is_set() or not self._retry.should_retry(
+                attempt, elapsed, delay, err.retriable
+            ):
+                raise err
+            with self._lock:
+                self._stats.fetch_retries += 1
+            log.info("fetching %s failed (retry in %.2f s): %s", note.key, delay, err)
+            if self._closing.wait(delay):
+                raise err
+
+    # --- the queue (the consumer's side) ----------------------------------------------------
 
     def submit(self, polled: Polled) -> None:
-        """Start fetching the object of ``polled`` and queue it."""
+        """Start fetching the object of ``polled`` and queue it (a bad one is queued as is)."""
         tp = (polled.topic, polled.partition)
         note = polled.notification
-        assert note is not None
+        if note is None:
+            err = polled.error or MemqFormatError("notification does not decode")
+            self.queue.append(Pending(tp, polled.offset, None, None, None, error=err))
+            return
         start = self._start(tp, polled.offset)
         fut = self._fetch(tp, polled.offset, note, start)
         self.queue.append(Pending(tp, polled.offset, note, start, fut))
@@ -142,36 +216,53 @@ class Prefetcher:
         )
 
     def fill(self, feed: Feed, timeout: float) -> None:
-        """Poll notifications (serving rebalances); prefetch as many objects as allowed."""
-        if not self.room():
-            feed.pause()  # keep serving the group without buffering more
-            feed.poll(1, 0)
-            return
-        feed.resume()
-        for polled in feed.poll(self._config.prefetch_objects - len(self.queue), timeout):
-            if polled.notification is None:
-                self.skip_or_raise(polled, polled.error or CorruptObjectError("bad notification"))
-                continue
-            self.submit(polled)
+        """Poll notifications (serving rebalances); prefetch as many objects as allowed.
+
+        Nothing polled is ever dropped: what does not fit waits in :attr:`backlog`.
+        """
+        self._submit_backlog()
+        if self.room():  # (so the backlog is empty)
+            feed.resume()
+            polled = feed.poll(self._config.prefetch_objects - len(self.queue), timeout)
+        else:
+            feed.pause()  # every assigned partition, including newly assigned ones
+            polled = feed.poll(1, 0.0)  # serve the group; keep whatever comes anyway
+        self.backlog.extend(polled)
+        self._submit_backlog()
+
+    def _submit_backlog(self) -> None:
+        while self.backlog and self.room():
+            self.submit(self.backlog.popleft())
 
     def head_ready(self) -> bool:
         """Whether the head object's fetch has finished (well or not)."""
-        return bool(self.queue) and self.queue[0].future.done()
+        if not self.queue:
+            return False
+        fut = self.queue[0].future
+        return fut is None or fut.done()
 
     def _pop(self) -> Pending:
         head = self.queue.popleft()
-        self._queued_bytes -= head.notification.size
+        self._queued_bytes -= head.size
         return head
 
     def take(self, timeout: float | None) -> Pending | None:
         """Wait up to ``timeout`` seconds for the head's fetch; then dequeue and return it.
 
         If it has records to hand out, it becomes :attr:`current`; if not (skipped by the
-        policy, or nothing at or after its start) it is returned without becoming current
-        and is done. None: the fetch did not finish in time. A failure the policy does not
-        skip is raised, and the object stays at the head, fetched again.
+        policy, nothing at or after its start, or only copies of blocks handed out) it is
+        returned without becoming current and is done. None: the fetch did not finish in
+        time. A failure the policy does not skip is raised, and the object stays at the
+        head (fetched again; a notification that does not decode raises again).
         """
         head = self.queue[0]
+        if head.future is None:  # a notification that does not decode
+            assert head.error is not None
+            if self._config.corrupt_object_policy == "skip":
+                self._pop()
+                self.skip_or_raise(head, head.error)
+                return head
+            raise copy.copy(head.error)  # the same error each time, a fresh instance
         try:
             fetched = head.future.result(timeout=timeout)
         except TimeoutError:
@@ -183,15 +274,23 @@ class Prefetcher:
                 self._pop()
                 self.skip_or_raise(head, e)
                 return head
-            # Leave it at the head for the next poll (a transient failure is re-fetched).
+            # Leave it at the head for the next poll (fetched again, with a new deadline).
+            assert head.notification is not None
             head.future = self._fetch(head.tp, head.offset, head.notification, head.start)
             raise
         self._pop()
         self._stats.bytes += fetched.bytes_read
         self._stats.fetch_seconds += fetched.seconds
-        if fetched.messages:  # else: everything before a seek position or time floor
-            self.current = Current(head, fetched.messages)
-            head.blocks = fetched.blocks
+        messages, blocks, tracked = fetched.messages, fetched.blocks, None
+        if self._dedup is not None and messages:
+            admitted = self._dedup.admit(fetched.notification.topic, messages, fetched.spans)
+            messages, tracked = admitted.messages, admitted.tracked
+            if admitted.dropped:  # audited as dropped copies, never as consumed
+                head.copies = [b for b in blocks if b.index in admitted.dropped]
+                blocks = [b for b in blocks if b.index not in admitted.dropped]
+        head.blocks = blocks  # audited when the object is done
+        if messages:  # else: everything before a seek position or time floor, or copies
+            self.current = Current(head, messages, tracked, self._dedup)
         return head
 
     def skip_or_raise(self, polled: Polled | Pending, err: MemqError) -> None:
@@ -210,20 +309,37 @@ class Prefetcher:
             self._on_skip(note, err)
 
     def drop(self, parts: set[TP]) -> None:
-        """Forget queued and in-progress objects of ``parts`` (after revoke or seek)."""
+        """Forget queued, polled and in-progress objects of ``parts`` (after revoke or seek)."""
         keep: deque[Pending] = deque()
         for p in self.queue:
             if p.tp in parts:
-                p.future.cancel()
-                self._queued_bytes -= p.notification.size
+                if p.future is not None:
+                    p.future.cancel()  # a running one finishes in the background
+                self._queued_bytes -= p.size
             else:
                 keep.append(p)
         self.queue = keep
+        self.backlog = deque(p for p in self.backlog if (p.topic, p.partition) not in parts)
         if self.current is not None and self.current.pending.tp in parts:
             self.current = None
 
-    def close(self) -> None:
-        """Cancel the fetches and stop the pool (without waiting for running GETs)."""
+    def close(self, timeout: float) -> None:
+        """Stop fetching: cancel queued fetches, wait up to ``timeout`` s for running ones.
+
+        Fetches still running then are abandoned (logged and counted): their readers may
+        be closed under them, and their results are never used.
+        """
+        self._closing.set()  # retries stop waiting
         for p in self.queue:
-            p.future.cancel()
+            if p.future is not None:
+                p.future.cancel()
+        self.queue.clear()
+        self.backlog.clear()
+        self.current = None
         self._pool.shutdown(wait=False, cancel_futures=True)
+        with self._lock:
+            running = list(self._inflight)
+        _, left = wait(running, timeout=timeout)
+        if left:
+            self._stats.fetches_abandoned += len(left)
+            log.warning("closing with %d fetches still running after %.1f s", len(left), timeout)

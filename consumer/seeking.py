@@ -46,6 +46,8 @@ class Probe(Protocol):
         self, topic: str, partition: int, ts: int, timeout: float
     ) -> int | None: ...
 
+    def close(self) -> None: ...
+
 
 class Seeker:
     """Seeks, pending seeks, start positions inside objects, and reset rules.
@@ -103,6 +105,18 @@ class Seeker:
                 log.debug("seek %s to %d deferred: %s", tp, offset, e)
                 continue
             del self._pending[tp]
+
+    def revoked(self, parts: set[TP]) -> None:
+        """``parts`` left this member: their pending seeks and start positions are void.
+
+        (A start position kept for an object of a lost partition would otherwise skip
+        records of it when the partition comes back and the object is read from the
+        committed offset.)
+        """
+        for tp in parts:
+            self._pending.pop(tp, None)
+        for key in [k for k in self._starts if k[0] in parts]:
+            del self._starts[key]
 
     def assigned(self, parts: list[TP]) -> dict[TP, int] | None:
         """Apply the reset rule (if one waits) to newly assigned ``parts``.

@@ -1,0 +1,252 @@
+"""The consumer's dedup window (memq.consumer.dedup) against a plain reference model,
+and the Deduplicator that applies it to fetched objects."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memq.consumer.config import ConsumerConfig
+from memq.consumer.dedup import BlockId, DedupWindow, Verdict
+from memq.consumer.fetcher import BlockSpan
+from memq.consumer.handout import Current, Deduplicator
+from memq.consumer.message import Message
+
+
+@dataclass
+class _Producer:
+    ids: set[tuple[int, int]] = field(default_factory=set)
+    floor: tuple[int, int] | None = None
+    seen: int = 0
+
+
+class Model:
+    """The window's specification, written the obvious way (sets, min, max)."""
+
+    def __init__(self, blocks: int, producers: int, window_ms: int) -> None:
+        self.blocks, self.producers, self.window_ms = blocks, producers, window_ms
+        self.p: OrderedDict[tuple[str, int], _Producer] = OrderedDict()
+
+    def _expire(self, now: int) -> None:
+        while self.p and now - next(iter(self.p.values())).seen >= self.window_ms:
+            self.p.popitem(last=False)
+
+    def verdict(self, b: BlockId, now: int) -> Verdict:
+        self._expire(now)
+        r = self.p.get((b.topic, b.producer_id))
+        x = (b.epoch, b.sequence)
+        if r is None:
+            return Verdict.NEW
+        if x in r.ids:
+            return Verdict.DUPLICATE
+        if r.floor is not None and x <= r.floor:
+            return Verdict.OUT_OF_WINDOW
+        return Verdict.NEW
+
+    def remember(self, b: BlockId, now: int) -> None:
+        self._expire(now)
+        r = self.p.pop((b.topic, b.producer_id), None) or _Producer()
+        x = (b.epoch, b.sequence)
+        if (r.floor is None or x > r.floor) and x not in r.ids:
+            r.ids.add(x)
+            while len(r.ids) > self.blocks:
+                low = min(r.ids)
+                r.ids.remove(low)
+                r.floor = low if r.floor is None else max(r.floor, low)
+        r.seen = now
+        self.p[(b.topic, b.producer_id)] = r
+        while len(self.p) > self.producers:
+            self.p.popitem(last=False)
+
+
+block_ids = st.builds(
+    BlockId,
+    topic=st.sampled_from(["a", "b"]),
+    producer_id=st.integers(0, 4),
+    epoch=st.integers(0, 2),
+    sequence=st.integers(0, 40),
+)
+ops = st.lists(
+    st.tuples(st.sampled_from(["verdict", "remember"]), block_ids, st.integers(0, 400)),
+    max_size=300,
+)
+
+
+@settings(max_examples=300)
+@given(
+    ops=ops,
+    blocks=st.integers(1, 12),
+    producers=st.integers(1, 6),
+    window_ms=st.integers(1, 2000),
+)
+def test_the_window_behaves_like_its_model(
+    ops: list[tuple[str, BlockId, int]], blocks: int, producers: int, window_ms: int
+) -> None:
+    w = DedupWindow(blocks=blocks, producers=producers, window_ms=window_ms)
+    m = Model(blocks, producers, window_ms)
+    now = 0
+    for op, b, dt in ops:
+        now += dt
+        if op == "verdict":
+            assert w.verdict(b, now) == m.verdict(b, now)
+        else:
+            w.remember(b, now)
+            m.remember(b, now)
+        assert w.producer_count == len(m.p)
+        assert w.block_count == sum(len(r.ids) for r in m.p.values())
+
+
+@settings(max_examples=200)
+@given(ops=ops, blocks=st.integers(1, 12), producers=st.integers(1, 6))
+def test_only_blocks_handed_out_are_ever_duplicates(
+    ops: list[tuple[str, BlockId, int]], blocks: int, producers: int
+) -> None:
+    """Soundness: dedup never drops the first copy of a block (at-least-once holds)."""
+    w = DedupWindow(blocks=blocks, producers=producers, window_ms=1000)
+    handed: set[BlockId] = set()
+    now = 0
+    for op, b, dt in ops:
+        now += dt
+        if w.verdict(b, now) is Verdict.DUPLICATE:
+            assert b in handed
+        elif op == "remember":
+            w.remember(b, now)
+            handed.add(b)
+
+
+@given(st.permutations(range(200)), st.integers(1, 400))
+def test_every_recent_block_is_caught_in_any_arrival_order(order: list[int], blocks: int) -> None:
+    """Blocks of one producer arriving in any order (over partitions): each of the
+    ``blocks`` highest is a duplicate when it comes again; older ones are out of window."""
+    w = DedupWindow(blocks=blocks, producers=10, window_ms=10**9)
+    for s in order:
+        w.remember(BlockId("t", 1, 0, s), 0)
+    for s in range(200):
+        v = w.verdict(BlockId("t", 1, 0, s), 0)
+        if s >= 200 - blocks:
+            assert v is Verdict.DUPLICATE
+        else:
+            assert v in (Verdict.DUPLICATE, Verdict.OUT_OF_WINDOW)
+    assert w.verdict(BlockId("t", 1, 0, 200), 0) is Verdict.NEW
+    assert w.verdict(BlockId("t", 1, 1, 0), 0) is Verdict.NEW  # a new epoch
+
+
+def test_consecutive_blocks_cost_one_run() -> None:
+    w = DedupWindow(blocks=10_000, producers=10, window_ms=10**9)
+    for s in range(50_000):
+        w.remember(BlockId("t", 7, 0, s), 0)
+    assert (w.block_count, w.run_count) == (10_000, 1)
+    assert w.verdict(BlockId("t", 7, 0, 39_999), 0) is Verdict.OUT_OF_WINDOW
+    assert w.verdict(BlockId("t", 7, 0, 40_000), 0) is Verdict.DUPLICATE
+
+
+def test_producers_are_forgotten_least_recently_seen_first_and_after_the_window() -> None:
+    w = DedupWindow(blocks=10, producers=2, window_ms=1000)
+    a, b, c = (BlockId("t", p, 0, 0) for p in (1, 2, 3))
+    w.remember(a, 0)
+    w.remember(b, 10)
+    w.remember(a, 20)  # a is the most recently seen now
+    w.remember(c, 30)  # b goes
+    assert [w.verdict(x, 30) for x in (a, b, c)] == [
+        Verdict.DUPLICATE,
+        Verdict.NEW,
+        Verdict.DUPLICATE,
+    ]
+    assert w.verdict(a, 1019) is Verdict.DUPLICATE
+    assert w.verdict(a, 1020) is Verdict.NEW  # not seen for window_ms
+    assert w.verdict(c, 1029) is Verdict.DUPLICATE
+    assert w.producer_count == 1
+    w.clear()
+    assert w.verdict(c, 1029) is Verdict.NEW
+
+
+def test_topics_are_separate() -> None:
+    w = DedupWindow(blocks=10, producers=10, window_ms=1000)
+    w.remember(BlockId("a", 1, 0, 5), 0)
+    assert w.verdict(BlockId("b", 1, 0, 5), 0) is Verdict.NEW
+
+
+def test_bounds_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="positive"):
+        DedupWindow(blocks=0, producers=1, window_ms=1)
+
+
+# --- the Deduplicator: applying the window to fetched objects ---------------------------------
+
+
+@dataclass
+class Counters:
+    duplicate_blocks_dropped: int = 0
+    duplicate_records_dropped: int = 0
+    dedup_out_of_window: int = 0
+
+
+def fetched(blocks: list[tuple[int, int, int]]) -> tuple[list[Message], list[BlockSpan]]:
+    """An object's messages and spans: blocks of (producer, sequence, records)."""
+    msgs: list[Message] = []
+    spans: list[BlockSpan] = []
+    for i, (pid, seq, n) in enumerate(blocks):
+        spans.append(BlockSpan(i, pid, 0, seq, n))
+        msgs += [
+            Message("t", 0, 0, i, r, 0, None, b"%d/%d/%d" % (pid, seq, r), None, pid, 0, seq, "k")
+            for r in range(n)
+        ]
+    return msgs, spans
+
+
+def make_dedup(blocks: int = 100) -> tuple[Deduplicator, Counters]:
+    stats = Counters()
+    return Deduplicator(DedupWindow(blocks=blocks, producers=10, window_ms=10**9), stats), stats
+
+
+def hand_out(d: Deduplicator, blocks: list[tuple[int, int, int]], take: int = 1 << 30) -> Any:
+    msgs, spans = fetched(blocks)
+    adm = d.admit("t", msgs, spans)
+    cur = Current(None, adm.messages, adm.tracked, d)  # type: ignore[arg-type]
+    return adm, cur.take(take)
+
+
+def test_blocks_handed_out_are_dropped_from_later_objects() -> None:
+    d, stats = make_dedup()
+    _, got = hand_out(d, [(1, 0, 2), (1, 1, 3)])
+    assert len(got) == 5
+    adm, got = hand_out(d, [(1, 1, 3), (2, 0, 1), (1, 1, 3)])  # a copy, new, a copy in it
+    assert [m.value for m in got] == [b"2/0/0"]
+    assert adm.dropped == {0, 2}
+    assert (stats.duplicate_blocks_dropped, stats.duplicate_records_dropped) == (2, 6)
+
+
+def test_a_block_is_remembered_only_once_all_its_records_were_taken() -> None:
+    d, _ = make_dedup()
+    _, got = hand_out(d, [(1, 0, 2), (1, 1, 3)], take=4)  # block 1 not finished
+    assert len(got) == 4
+    _, got = hand_out(d, [(1, 0, 2), (1, 1, 3)])
+    assert [m.block for m in got] == [1, 1, 1]  # block 0 dropped, block 1 whole again
+
+
+def test_an_object_with_nothing_dropped_is_not_copied() -> None:
+    d, _ = make_dedup()
+    msgs, spans = fetched([(1, 0, 2), (1, 1, 3)])
+    assert d.admit("t", msgs, spans).messages is msgs
+
+
+def test_blocks_older_than_the_window_are_delivered_and_counted() -> None:
+    d, stats = make_dedup(blocks=2)
+    for s in range(3):
+        hand_out(d, [(1, s, 1)])
+    _, got = hand_out(d, [(1, 0, 1)])
+    assert len(got) == 1 and stats.dedup_out_of_window == 1
+
+
+def test_the_guarantees_doc_states_the_window_settings_and_their_defaults() -> None:
+    doc = (Path(__file__).parents[2] / "docs" / "guarantees.md").read_text()
+    by_alias = {f.alias: f for f in ConsumerConfig.model_fields.values()}
+    for key in ("dedup.window.blocks", "dedup.window.producers", "dedup.window.ms"):
+        assert f"| `{key}` | {by_alias[key].default} |" in doc
+    assert by_alias["dedup.enable"].default is True and "default on" in doc
