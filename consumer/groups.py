@@ -25,7 +25,7 @@ from memq.consumer.message import MessageId
 from memq.consumer.notifications import NotificationProbe
 from memq.errors import InvalidRequestError, MemqError, NotificationError, UnknownTopicError
 
-__all__ = ["GroupAdmin", "PartitionLag", "ResetPlan", "first_offset_at"]
+__all__ = ["GroupAdmin", "LagCollector", "PartitionLag", "ResetPlan", "first_offset_at"]
 
 #: Group states in which members are active (offsets must not be changed then).
 _LIVE = {"stable", "preparing_rebalance", "completing_rebalance"}
@@ -309,3 +309,50 @@ class GroupAdmin:
             admin.delete_consumer_groups([group])[group].result(self.timeout)
         except Exception as e:
             raise NotificationError(f"deleting group {group!r} failed: {e}") from e
+
+
+class LagCollector:
+    """Prometheus collector of every group's lag (``memq group exporter``).
+
+    :meth:`refresh` measures (it reads notifications: call it every few tens of seconds);
+    scrapes return the last measurement, so a scrape never waits on Kafka."""
+
+    def __init__(self, admin: GroupAdmin) -> None:
+        self.admin = admin
+        self._rows: list[tuple[str, str, int, int, int, float | None]] = []
+        self.errors = 0
+
+    def refresh(self) -> None:
+        import logging
+
+        rows = []
+        try:
+            for g in self.admin.list_groups():
+                d = self.admin.describe(g["group"])
+                for topic, parts in d["topics"].items():
+                    for p in parts:
+                        rows.append((g["group"], topic, p["partition"], p["lag_objects"],
+                                     p["lag_records"], p["lag_seconds"]))  # fmt: skip
+        except MemqError as e:
+            self.errors += 1
+            logging.getLogger(__name__).warning("measuring consumer lag failed: %s", e)
+            return
+        self._rows = rows
+
+    def collect(self) -> Any:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        labels = ["group", "topic", "partition"]
+        objs = GaugeMetricFamily("memq_group_lag_objects", "Objects behind the end", labels=labels)
+        recs = GaugeMetricFamily("memq_group_lag_records", "Records behind the end", labels=labels)
+        secs = GaugeMetricFamily(
+            "memq_group_lag_seconds", "Age of the oldest pending record", labels=labels
+        )
+        for group, topic, part, o, r, s in self._rows:
+            key = [group, topic, str(part)]
+            objs.add_metric(key, o)
+            recs.add_metric(key, r)
+            secs.add_metric(key, s or 0.0)
+        errors = CounterMetricFamily("memq_group_lag_errors", "Failed lag measurements")
+        errors.add_metric([], self.errors)
+        yield from (objs, recs, secs, errors)

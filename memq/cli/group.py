@@ -176,3 +176,37 @@ def delete(
         raise typer.Exit(1)
     _admin(bootstrap, state_dir).delete(group)
     err.print(f"group {group} deleted ({datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC)")
+
+
+@app.command("exporter")
+def exporter(
+    port: int = typer.Option(9400, min=0, max=65535, help="Port of /metrics."),
+    host: str = typer.Option("0.0.0.0", help="Interface to listen on."),
+    interval: float = typer.Option(
+        30.0, min=5.0, help="Seconds between lag measurements (each reads notifications)."
+    ),
+    bootstrap: str | None = BOOTSTRAP,
+    state_dir: Path | None = STATE_DIR,
+) -> None:
+    """Serve consumer lag as Prometheus metrics (memq_group_lag_objects, _records,
+    _seconds per group, topic and partition) for every group with committed offsets on a
+    MemQ topic, measured every --interval seconds. Runs until interrupted."""
+    import threading
+
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    from memq.consumer.groups import LagCollector
+
+    admin = _admin(bootstrap, state_dir)
+    registry = CollectorRegistry()
+    collector = LagCollector(admin)
+    registry.register(collector)
+    collector.refresh()
+    start_http_server(port, addr=host, registry=registry)
+    err.print(f"serving consumer lag on http://{host}:{port}/metrics (every {interval:.0f} s)")
+    stop = threading.Event()
+    try:
+        while not stop.wait(interval):
+            collector.refresh()
+    except KeyboardInterrupt:
+        pass

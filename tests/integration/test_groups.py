@@ -66,6 +66,19 @@ def test_describe_reset_and_delete_a_group(
     assert (p0["committed"], p0["end"], p0["lag_objects"]) == (1, 3, 2)
     assert p0["lag_records"] == sizes[1] + sizes[2] and p0["lag_seconds"] is not None
     assert {"group": group, "state": "empty", "topics": [topic]} in admin.list_groups()
+    # The lag exporter (memq group exporter) serves the same figures to Prometheus.
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from memq.consumer.groups import LagCollector
+
+    registry = CollectorRegistry()
+    lag = LagCollector(admin)
+    registry.register(lag)
+    lag.refresh()
+    text = generate_latest(registry).decode()
+    labels = f'group="{group}",partition="0",topic="{topic}"'
+    assert f"memq_group_lag_objects{{{labels}}} 2.0" in text
+    assert f"memq_group_lag_records{{{labels}}} {float(sizes[1] + sizes[2])}" in text
 
     plan = admin.reset_offsets(group, topic, to="earliest")  # dry run
     assert plan.moves == {0: (1, 0)} and not plan.executed
