@@ -189,6 +189,7 @@ class ClusterMember:
             host=info.host,
             port=info.port,
             http_port=info.http_port,
+            kafka_port=info.kafka_port,
             capacity_mbps=self.config.capacity_mbps,
             rack=info.rack,
             started_at=self._started_at,
@@ -392,7 +393,14 @@ class ClusterMember:
         with self._lock:
             recs = list(self._brokers.values())
         return [
-            BrokerInfo(id=r.id, host=r.host, port=r.port, http_port=r.http_port, rack=r.rack)
+            BrokerInfo(
+                id=r.id,
+                host=r.host,
+                port=r.port,
+                http_port=r.http_port,
+                rack=r.rack,
+                kafka_port=r.kafka_port,
+            )
             for r in sorted(recs, key=lambda r: r.id)
         ]
 

@@ -80,6 +80,7 @@ class BrokerRecord(_Rec):
     host: str
     port: int
     http_port: int | None = None
+    kafka_port: int | None = None
     capacity_mbps: float
     rack: str | None = None
     started_at: int = 0

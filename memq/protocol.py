@@ -159,6 +159,8 @@ class BrokerInfo(_Msg):
     port: int
     http_port: int | None = None
     rack: str | None = None
+    #: Port of the broker's Kafka-protocol listener (None: it has none).
+    kafka_port: int | None = None
 
     @property
     def address(self) -> str:

@@ -77,6 +77,9 @@ class BrokerServer:
         self.ready = False
         self.port = config.port
         self.http_port: int | None = None
+        #: Port Kafka clients are told to use (None: no Kafka listener).
+        self.kafka_port: int | None = None
+        self.kafka: Any = None
         self.ssl_context = server_context(config.tls) if config.tls is not None else None
         #: ACLs in force (auth.acls standalone; ZooKeeper's when clustered).
         self.acls = AclTable(auth.acls if auth else (), auth.superusers if auth else ())
@@ -104,7 +107,12 @@ class BrokerServer:
     def info(self) -> BrokerInfo:
         c = self.config
         return BrokerInfo(
-            id=c.broker_id, host=c.advertised, port=self.port, http_port=self.http_port, rack=c.rack
+            id=c.broker_id,
+            host=c.advertised,
+            port=self.port,
+            http_port=self.http_port,
+            rack=c.rack,
+            kafka_port=self.kafka_port,
         )
 
     @property
@@ -133,6 +141,12 @@ class BrokerServer:
             self._http, self.http_port = await start_http(
                 self, self.config.host, self.config.http_port
             )
+        if self.config.kafka_listener is not None:
+            from memq.broker.kafka_listener import KafkaListener
+
+            self.kafka = KafkaListener(self)
+            await self.kafka.start(self.config.host)
+            self.kafka_port = self.kafka.advertised_port
         await self.view.join(self)
         if self.view.clustered:  # topics in the config file exist in the cluster
             for t in self.config.topics:
@@ -140,7 +154,11 @@ class BrokerServer:
                 await self.view.create_topic(t.name, settings, if_not_exists=True)
         self.ready = True
         log.info(
-            "broker %s serving %s (http %s)", self.config.broker_id, self.address, self.http_port
+            "broker %s serving %s (http %s, kafka %s)",
+            self.config.broker_id,
+            self.address,
+            self.http_port,
+            self.kafka_port,
         )
 
     # --- TopicHost (what the cluster view may ask) ------------------------------------
@@ -355,6 +373,8 @@ class BrokerServer:
         await self.view.leave()
         if self._server is not None:
             self._server.close()
+        if self.kafka is not None:
+            self.kafka.stop_accepting()
         await asyncio.gather(
             *(p.close("shutdown", self.config.shutdown_timeout_s) for p in self.processors.values())
         )
@@ -368,6 +388,8 @@ class BrokerServer:
         # Responses were written by the upload callbacks; closing flushes them first.
         for conn in list(self.connections):
             conn.close()
+        if self.kafka is not None:
+            self.kafka.close_connections()
         if self._http is not None:
             await self._http.cleanup()
         self.executor.shutdown(wait=False)

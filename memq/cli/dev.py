@@ -108,6 +108,9 @@ def _print_table(s: object) -> None:
     )
     if state.extra.get("auditor"):
         out.print(f"Audit dashboard: {state.extra['auditor']['url']}")
+    kafka = [f"{b['name']} {b['kafka']}" for b in state.extra.get("brokers", []) if b.get("kafka")]
+    if kafka:  # MemQ's own Kafka-protocol port (docs/ingest.md), not the notification Kafka
+        out.print(f"Kafka producers write to MemQ at: {', '.join(kafka)}")
     if not all(h.healthy for h in health):
         raise typer.Exit(1)
 

@@ -13,7 +13,12 @@ One module per subsystem: :mod:`~memq.config.storage`, :mod:`~memq.config.topic`
 the broker or clients.
 """
 
-from memq.config.broker import BrokerConfig, ZooKeeperConfig, load_broker_config
+from memq.config.broker import (
+    BrokerConfig,
+    KafkaListenerConfig,
+    ZooKeeperConfig,
+    load_broker_config,
+)
 from memq.config.client import AuditedClientConfig, ClientConfig, SecureClientConfig
 from memq.config.loading import (
     deep_merge,
@@ -37,6 +42,7 @@ __all__ = [
     "BrokerConfig",
     "ClientConfig",
     "FilesystemConfig",
+    "KafkaListenerConfig",
     "NotificationConfig",
     "RetentionConfig",
     "S3Config",

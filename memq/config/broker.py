@@ -19,7 +19,7 @@ from memq.config.topic import TopicConfig, TopicSettings
 from memq.errors import ConfigError
 from memq.security import AuthConfig, TlsConfig
 
-__all__ = ["BrokerConfig", "ZooKeeperConfig", "load_broker_config"]
+__all__ = ["BrokerConfig", "KafkaListenerConfig", "ZooKeeperConfig", "load_broker_config"]
 
 
 class ZooKeeperConfig(FrozenModel):
@@ -36,6 +36,21 @@ class ZooKeeperConfig(FrozenModel):
     assignment: Literal["weighted-rendezvous", "least-loaded"] = "weighted-rendezvous"
     #: How often a broker reports its measured per-topic ingest and free buffer memory.
     load_report_ms: int = Field(default=10_000, ge=500, le=300_000)
+
+
+class KafkaListenerConfig(FrozenModel):
+    """A Kafka-protocol produce endpoint (ApiVersions, Metadata, Produce, InitProducerId):
+    any Kafka producer can write to MemQ with MemQ's acks (docs/ingest.md)."""
+
+    #: TCP port of the Kafka listener (0: any free port, printed at start).
+    port: int = Field(default=9094, ge=0, le=65535)
+    #: Port Kafka clients are told to use (default: the bound port), e.g. behind a NAT.
+    advertised_port: int | None = Field(default=None, ge=1, le=65535)
+    #: Kafka partitions each topic shows (default: the topic's notification.partitions).
+    #: A partition is only a routing label: every record of a topic goes to one MemQ topic.
+    partitions: int | None = Field(default=None, ge=1, le=10_000)
+    #: Use the broker's ``tls`` section on this port too (when the broker has one).
+    tls: bool = True
 
 
 def _hostname() -> str:
@@ -88,6 +103,8 @@ class BrokerConfig(FrozenModel):
     tls: TlsConfig | None = None
     #: Client authentication (tokens, mutual-TLS identities); null: anyone may connect.
     auth: AuthConfig | None = None
+    #: Kafka-protocol produce endpoint on its own port; null: off.
+    kafka_listener: KafkaListenerConfig | None = None
 
     @model_validator(mode="after")
     def _check(self) -> BrokerConfig:
@@ -107,6 +124,12 @@ class BrokerConfig(FrozenModel):
                     "token_secret_file) for tokens, or tls.client_auth with tls.ca_file for "
                     "mutual TLS"
                 )
+        kl = self.kafka_listener
+        if kl is not None and kl.port and kl.port in (self.port, self.http_port):
+            raise ValueError(
+                f"kafka_listener.port {kl.port} is already the broker's port or http_port: "
+                "give the Kafka listener its own port"
+            )
         for t in self.topics:
             if t.block_limit + 64 * 1024 > self.max_frame_bytes:
                 raise ValueError(

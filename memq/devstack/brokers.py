@@ -49,6 +49,7 @@ def dev_broker_config(
         "host": "127.0.0.1",
         "port": 0,
         "http_port": 0,
+        "kafka_listener": {"port": 0},  # Kafka producers write here too (docs/ingest.md)
         "auto_create_topics": True,
         "memory_limit_bytes": 512 << 20,
         "topic_defaults": {
@@ -183,6 +184,7 @@ def start_broker(
         "http": f"{'https' if tls else 'http'}://127.0.0.1:{info['http_port']}",
         "ingest": f"{'https' if tls else 'http'}://127.0.0.1:{info['http_port']}"
         "/v1/topics/{topic}/records",
+        **({"kafka": f"127.0.0.1:{info['kafka_port']}"} if info.get("kafka_port") else {}),
         **({"tls_ca": tls["ca_file"]} if tls else {}),
         "pid": ref.pid,
         "start_time": ref.start_time,

@@ -56,6 +56,7 @@ def run_broker(config: BrokerConfig, ready_file: Path | None = None) -> None:
             "broker": config.broker_id,
             "port": server.port,
             "http_port": server.http_port,
+            "kafka_port": server.kafka_port,
         }
         announce_ready(READY_MARKER, info, ready_file)
         await server.serve_until_signal()

@@ -10,7 +10,8 @@ fields, compressed payloads).
     python tests/fuzz/fuzz_decoders.py TARGET [libFuzzer flags, e.g. -runs=20000 or
                                                -max_total_time=300]
 
-TARGET is one of: frame, stream, block, batch, notification, audit. The seed corpus
+TARGET is one of: frame, stream, block, batch, notification, audit, kafka (a Kafka
+request frame for the broker's Kafka listener, with its record batches). The seed corpus
 is the golden vectors (``tests/vectors/``) copied to a scratch directory. A crash
 leaves ``crash-<sha1>`` in the current directory; add its bytes as a regression case to
 ``tests/unit/test_fuzz_regressions.py``.
@@ -30,6 +31,13 @@ from pathlib import Path
 import atheris
 
 with atheris.instrument_imports():
+    from memq.broker.kafka_codec import (
+        PRODUCE,
+        SASL_APIS,
+        SUPPORTED,
+        decode_records,
+        decode_request,
+    )
     from memq.errors import MemqFormatError
     from memq.formats import (
         FrameDecoder,
@@ -98,6 +106,73 @@ def _stream(data: bytes) -> None:
             parse_frame(raw)
 
 
+KAFKA_APIS = {**SUPPORTED, **SASL_APIS}
+
+
+def _kafka(data: bytes) -> None:
+    """A Kafka request frame (after its length), and a Produce request's record sets."""
+    req = decode_request(data, KAFKA_APIS)
+    if req.api_key == PRODUCE:
+        for _topic, parts in req.body.topics or []:
+            for _partition, records in parts or []:
+                if records:
+                    decode_records(records, now_ms=0)
+
+
+def fix_kafka_crcs(data: bytearray) -> bytearray:
+    """Recompute the CRC-32C of every record batch of a Produce request."""
+    from aiokafka.record.util import calc_crc32c
+
+    try:
+        req = decode_request(bytes(data), KAFKA_APIS)
+    except MemqFormatError:
+        return data
+    if req.api_key != PRODUCE:
+        return data
+    end = len(data) - len(req.body.encode())  # the header's length
+    topics = []
+    for topic, parts in req.body.topics or []:
+        fixed = []
+        for partition, records in parts or []:
+            buf = bytearray(records or b"")
+            pos = 0
+            while pos + 21 <= len(buf):
+                length = struct.unpack_from(">i", buf, pos + 8)[0]
+                stop = min(len(buf), pos + 12 + max(length, 9))
+                struct.pack_into(">I", buf, pos + 17, calc_crc32c(bytes(buf[pos + 21 : stop])))
+                pos = stop
+            fixed.append((partition, bytes(buf) if records is not None else None))
+        topics.append((topic, fixed))
+    body = type(req.body)(req.body.transactional_id, req.body.required_acks, req.body.timeout,
+                          topics)  # fmt: skip
+    return bytearray(data[:end]) + bytearray(body.encode())
+
+
+def kafka_seeds() -> list[bytes]:
+    from aiokafka.protocol.admin import ApiVersionRequest_v2, SaslAuthenticateRequest_v1
+    from aiokafka.protocol.produce import ProduceRequest_v7
+    from aiokafka.record.default_records import DefaultRecordBatchBuilder
+
+    from memq.broker.kafka_structs import InitProducerIdRequest_v1, MetadataRequest_v8
+
+    def frame(req: object, cid: int) -> bytes:
+        head = struct.pack(">hhih", req.API_KEY, req.API_VERSION, cid, 4) + b"fuzz"  # type: ignore[attr-defined]
+        return head + req.encode()  # type: ignore[attr-defined]
+
+    out = []
+    for codec in (0, 1, 2, 3, 4):  # none, gzip, snappy, lz4, zstd
+        b = DefaultRecordBatchBuilder(2, codec, 0, 7, 0, 3, 1 << 16)
+        for i in range(3):
+            b.append(i, timestamp=1000 + i, key=b"k%d" % i, value=b"v" * (i + 1) * 20,
+                     headers=[("h", b"x")])  # fmt: skip
+        out.append(frame(ProduceRequest_v7(None, -1, 1000, [("t", [(0, bytes(b.build()))])]), 1))
+    out.append(frame(ApiVersionRequest_v2(), 2))
+    out.append(frame(MetadataRequest_v8(["t", "u"], True, False, False), 3))
+    out.append(frame(InitProducerIdRequest_v1(None, 60_000), 4))
+    out.append(frame(SaslAuthenticateRequest_v1(b"\x00app\x00token"), 5))
+    return out
+
+
 TARGETS: dict[str, tuple[Callable[[bytes], object], Callable[[bytearray], object] | None, str]] = {
     "frame": (lambda d: decode_frame(d, max_frame_size=LIMIT), fix_frame_crc, "frame_*.bin"),
     "stream": (_stream, None, "frame_*.bin"),
@@ -105,6 +180,7 @@ TARGETS: dict[str, tuple[Callable[[bytes], object], Callable[[bytearray], object
     "batch": (lambda d: decode_batch(d, max_uncompressed=LIMIT), fix_batch_crcs, "batch.bin"),
     "notification": (decode_notification, fix_json_crc, "notification.json"),
     "audit": (decode_audit, fix_json_crc, "notification.json"),
+    "kafka": (_kafka, fix_kafka_crcs, "kafka_*.bin"),  # seeds: kafka_seeds()
 }
 
 
@@ -138,6 +214,10 @@ def seed_corpus(target: str) -> Path:
                             "sequence": 2, "records": 3, "content_crc": 4, "min_timestamp": 5,
                             "time": 6, "group": "g", "key": "k", "block_index": 0})  # fmt: skip
         (d / "seed-audit").write_bytes(b"\x00" + rec)
+    if target == "kafka":
+        for i, raw in enumerate(kafka_seeds()):
+            (d / f"seed-kafka-{i}-fixed").write_bytes(b"\x00" + raw)
+            (d / f"seed-kafka-{i}-raw").write_bytes(b"\x01" + raw)
     return d
 
 

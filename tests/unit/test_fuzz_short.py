@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 HARNESS = Path(__file__).resolve().parent.parent / "fuzz" / "fuzz_decoders.py"
-TARGETS = ["frame", "stream", "block", "batch", "notification", "audit"]
+TARGETS = ["frame", "stream", "block", "batch", "notification", "audit", "kafka"]
 
 
 @pytest.mark.parametrize("target", TARGETS)

@@ -1,0 +1,192 @@
+"""Kafka-protocol ingest: one confluent-kafka producer into MemQ's Kafka listener, beside
+the same producer straight into the local Kafka-protocol broker, in one run.
+
+The producer is configured as confluent-kafka's docs recommend for throughput, the same
+for both targets: one thread, ``linger.ms`` 10, ``batch.size`` 1 MB, no compression,
+``acks=all`` with its default idempotence, 64 MiB of client buffer; records are 1 KiB of
+random (incompressible) bytes. Each run has a warm-up, then a steady-state window
+(default 20 s) in which the producer keeps the buffer full: throughput is the payload
+acknowledged inside the window, latency (p50/p99) is librdkafka's own per-message
+produce-to-ack time (``msg.latency()``, sampled), CPU is the server process's CPU
+seconds in the window per GiB acknowledged (benchlib.cpu_seconds).
+
+  (a) MemQ: a broker process with a ``kafka_listener``, S3 storage on the local moto,
+      notifications to the local Kafka-protocol broker (acks=-1: the object is stored
+      and its pointer acknowledged);
+  (b) the local Kafka-protocol broker (Tansu) itself, topic with the same 4 partitions.
+
+Writes ``benchmarks/results/kafka_ingest.json``.
+
+    python benchmarks/bench_kafka_ingest.py [--quick] [--seconds S] [--out PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import benchlib
+from benchlib import eprint, percentile
+
+RECORD = 1024
+PARTITIONS = 4
+GiB = 1 << 30
+PRODUCER = {
+    "linger.ms": 10,
+    "batch.size": 1_000_000,
+    "compression.type": "none",
+    "acks": "all",
+    "enable.idempotence": True,
+    "queue.buffering.max.kbytes": 64 * 1024,
+}
+
+
+def broker_cfg(state: Any, batch_ms: int) -> dict[str, Any]:
+    return {
+        "broker_id": "bench-kafka-listener",
+        "cluster": "bench",
+        "port": 0,
+        "http_port": 0,
+        "kafka_listener": {"port": 0},
+        "upload_threads": 8,
+        "topic_defaults": {
+            "storage": {
+                "type": "s3",
+                "s3": {
+                    "bucket": state.bucket,
+                    "region": "us-east-1",
+                    "endpoint_url": state.s3_endpoint,
+                    "max_connections": 8,
+                },
+            },
+            "notification": {"bootstrap_servers": state.kafka_bootstrap, "partitions": PARTITIONS},
+            "batch": {"bytes": 8 << 20, "ms": batch_ms},
+            "ring_size": 4,
+        },
+        "topics": [{"name": "bench-kafka-ingest"}],
+    }
+
+
+def drive(
+    bootstrap: str, topic: str, pid: int | None, warmup: float, seconds: float
+) -> dict[str, Any]:
+    """One producer thread keeps the client buffer full; figures over the window."""
+    from confluent_kafka import Producer
+
+    pool = [os.urandom(RECORD) for _ in range(4096)]
+    p = Producer({"bootstrap.servers": bootstrap, **PRODUCER})
+    state = {"acked": 0, "failed": 0, "first_error": None, "measuring": False}
+    lat: list[float] = []
+
+    def report(err: Any, msg: Any) -> None:
+        if err is not None:
+            state["failed"] += 1
+            state["first_error"] = state["first_error"] or str(err)
+            return
+        if state["measuring"]:
+            state["acked"] += 1
+            if state["acked"] % 16 == 0:
+                lat.append(msg.latency())
+
+    p.produce(topic, b"warm-up")
+    assert p.flush(60) == 0, "the warm-up record was not acknowledged"
+    t0 = time.monotonic()
+    t_start = t0 + warmup
+    t_end = t_start + seconds
+    cpu0: float | None = None
+    w0 = t_start
+    i = 0
+    while True:
+        now = time.monotonic()
+        if not state["measuring"] and now >= t_start:
+            state["measuring"] = True
+            cpu0 = benchlib.cpu_seconds(pid) if pid else None
+            w0 = now
+        if now >= t_end:
+            break
+        try:
+            p.produce(topic, pool[i % len(pool)], on_delivery=report)
+            i += 1
+        except BufferError:
+            p.poll(0.005)
+            continue
+        if i % 256 == 0:
+            p.poll(0)
+    window = time.monotonic() - w0
+    state["measuring"] = False
+    cpu = benchlib.cpu_seconds(pid) - cpu0 if pid and cpu0 is not None else None
+    left = p.flush(120)
+    acked_bytes = state["acked"] * RECORD
+    return {
+        "window_s": round(window, 2),
+        "records_acked": state["acked"],
+        "MBps": round(acked_bytes / window / 1e6, 2),
+        "ack_p50_ms": round(percentile(lat, 0.5) * 1000, 1),
+        "ack_p99_ms": round(percentile(lat, 0.99) * 1000, 1),
+        "server_cpu_s_per_GiB": round(cpu / (acked_bytes / GiB), 2)
+        if cpu is not None and acked_bytes
+        else None,
+        "failed": state["failed"] + left,
+        "first_error": state["first_error"],
+    }
+
+
+def run(seconds: float, warmup: float, batch_ms: int) -> dict[str, Any]:
+    from memq.storage_handlers.kafka_sink import ensure_topic
+
+    with benchlib.private_stack() as state:
+        kafka = state.services["kafka"]
+        tansu_pid = kafka.process.pid if kafka.process is not None else None
+        with benchlib.broker_process(
+            state, "bench-kafka-listener", broker_cfg(state, batch_ms)
+        ) as info:
+            eprint(f"MemQ Kafka listener {info['kafka']}: {seconds:.0f} s window")
+            memq = drive(info["kafka"], "bench-kafka-ingest", info["pid"], warmup, seconds)
+        topic = "bench-kafka-ingest-direct"
+        ensure_topic(state.kafka_bootstrap, topic, PARTITIONS)
+        eprint(f"Kafka-protocol broker {state.kafka_bootstrap}: {seconds:.0f} s window")
+        direct = drive(state.kafka_bootstrap, topic, tansu_pid, warmup, seconds)
+    return {
+        "benchmark": "kafka_ingest",
+        "machine": benchlib.machine(),
+        "record_bytes": RECORD,
+        "memq_batch_ms": batch_ms,
+        "producer": PRODUCER,
+        "memq_kafka_listener": memq,
+        "kafka_direct": direct,
+        "ratio_MBps": round(memq["MBps"] / direct["MBps"], 2) if direct["MBps"] else None,
+    }
+
+
+def print_table(doc: dict[str, Any]) -> None:
+    print(f"{'target':24} {'MB/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'CPU s/GiB':>10} {'failed':>7}")
+    for name in ("memq_kafka_listener", "kafka_direct"):
+        r = doc[name]
+        cpu = "-" if r["server_cpu_s_per_GiB"] is None else f"{r['server_cpu_s_per_GiB']:.2f}"
+        print(f"{name:24} {r['MBps']:>8.2f} {r['ack_p50_ms']:>8.1f} {r['ack_p99_ms']:>8.1f} "
+              f"{cpu:>10} {r['failed']:>7}")  # fmt: skip
+    print(f"MemQ / direct throughput: {doc['ratio_MBps']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="smoke mode: a 3 s window")
+    ap.add_argument("--seconds", type=float, default=None, help="steady-state window (20)")
+    ap.add_argument("--batch-ms", type=int, default=50, help="MemQ's batch.ms (50)")
+    ap.add_argument("--out", type=Path, default=benchlib.RESULTS / "kafka_ingest.json")
+    args = ap.parse_args(argv)
+    seconds = args.seconds or (3.0 if args.quick else 20.0)
+    doc = run(seconds, warmup=1.0 if args.quick else 5.0, batch_ms=args.batch_ms)
+    print_table(doc)
+    benchlib.write_result(doc, args.out)
+    return 0 if doc["memq_kafka_listener"]["failed"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

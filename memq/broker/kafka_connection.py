@@ -1,0 +1,419 @@
+"""One connection of the Kafka listener (:mod:`memq.broker.kafka_listener`): requests
+read and handled in order (as far as appending blocks to the topic processors),
+responses written strictly in request order, Produce, InitProducerId and SASL/PLAIN."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import itertools
+import logging
+import random
+import struct
+import time
+from collections import deque
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any
+
+from memq.broker.kafka_codec import (
+    API_NAMES,
+    API_VERSIONS,
+    INIT_PRODUCER_ID,
+    METADATA,
+    PRODUCE,
+    SASL_AUTHENTICATE,
+    SASL_HANDSHAKE,
+    KafkaError,
+    KafkaRequest,
+    UnsupportedApi,
+    api_versions_response,
+    build_response,
+    decode_records,
+    decode_request,
+    encode_response,
+    kafka_error,
+    unsupported_response,
+)
+from memq.errors import AuthenticationError, MemqError, MessageTooLargeError
+from memq.formats.block import encode_block, verify_block
+from memq.security import peer_principal, verify_token
+
+if TYPE_CHECKING:
+    from memq.broker.kafka_listener import KafkaListener
+
+__all__ = ["MAX_IN_FLIGHT", "KafkaConnection"]
+
+log = logging.getLogger(__name__)
+
+#: Responses a connection may owe before it stops reading requests.
+MAX_IN_FLIGHT = 32
+
+PartitionResult = tuple[int, int, str | None]  # error code, base offset, message
+
+
+def _produce_doc(topics: list[tuple[str, list[tuple[int, PartitionResult]]]]) -> dict[str, Any]:
+    return {
+        "topics": [
+            {"topic": t, "partitions": [
+                {"partition": p, "error_code": code, "offset": offset, "timestamp": -1,
+                 "log_start_offset": -1, "record_errors": [], "error_message": msg}
+                for p, (code, offset, msg) in parts
+            ]}
+            for t, parts in topics
+        ],
+        "throttle_time_ms": 0,
+    }  # fmt: skip
+
+
+def _to_block(data: bytes, fallback: tuple[int, int], partition: int) -> tuple[bytes, int, Any]:
+    """(block, record count, block id) of one partition's record set (runs off the loop)."""
+    recs = decode_records(data)
+    if recs.producer_id >= 0:  # idempotent: retries keep (pid, epoch, base sequence)
+        bid = (
+            recs.producer_id,
+            max(recs.producer_epoch, 0),
+            (partition << 32) | recs.base_sequence,
+        )
+    else:
+        bid = (fallback[0], 0, fallback[1])
+    block = encode_block(
+        recs.records, producer_id=bid[0], epoch=bid[1], sequence=bid[2],
+        compression=recs.compression,
+    )  # fmt: skip
+    return block, len(recs.records), (bid, recs.transactional)
+
+
+class KafkaConnection:
+    """One client connection: requests handled in order, responses written in order."""
+
+    def __init__(
+        self, listener: KafkaListener, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        self.listener = listener
+        self.server = listener.server
+        self.reader, self.writer = reader, writer
+        self.peer = str(writer.get_extra_info("peername"))
+        self._pending: deque[asyncio.Future[bytes | None]] = deque()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._closed = False
+        # Records of non-idempotent producers: one MemQ producer id per connection.
+        self._pid = random.getrandbits(63)
+        self._seq = itertools.count()
+        self.principal: str | None = None
+        self._expires: float | None = None
+        self._handshake = False
+        self._raw_sasl = False
+        auth = self.server.config.auth
+        if auth is not None and auth.mtls_identity:
+            self.principal = peer_principal(writer.get_extra_info("ssl_object"))
+
+    # --- the loop -----------------------------------------------------------------------
+
+    async def run(self) -> None:
+        cfg = self.server.config
+        try:
+            while not self._closed:
+                frame = await self._read_frame(cfg.max_frame_bytes, cfg.idle_timeout_s)
+                if frame is None:
+                    break
+                await self._handle(frame)
+                while len(self._pending) >= MAX_IN_FLIGHT and not self._closed:
+                    await asyncio.wait({self._pending[0]})
+                if self.writer.transport.get_write_buffer_size() > 1 << 20:
+                    await self.writer.drain()
+            # The peer is gone or we close: answer what is owed while we can (bounded).
+            if self._pending and not self.writer.is_closing():
+                await asyncio.wait(set(self._pending), timeout=cfg.shutdown_timeout_s)
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        except Exception:
+            log.exception("kafka connection %s failed; closing it", self.peer)
+        finally:
+            self._flush()
+            self.close()
+
+    async def _read_frame(self, max_bytes: int, idle: float) -> bytes | None:
+        try:
+            head = await asyncio.wait_for(self.reader.readexactly(4), idle)
+            (n,) = struct.unpack(">i", head)
+            if not 8 <= n <= max_bytes:
+                self._drop(f"a request of {n} bytes (allowed 8..{max_bytes})", "too_large")
+                return None
+            return await asyncio.wait_for(self.reader.readexactly(n), idle)
+        except asyncio.IncompleteReadError as e:
+            if e.partial:
+                self._drop(f"a truncated request ({len(e.partial)} bytes)", "corrupt")
+            return None  # (else a clean close between requests)
+        except TimeoutError:
+            self._drop(f"no complete request for {idle:.0f} s", "idle_timeout")
+            return None
+
+    def _drop(self, what: str, kind: str) -> None:
+        log.warning("kafka listener: closing %s: %s", self.peer, what)
+        self.server.metrics.errors.labels(kind).inc()
+        self._closed = True
+
+    def close(self) -> None:
+        self._closed = True
+        for t in self._tasks:
+            t.cancel()
+        if not self.writer.is_closing():
+            self.writer.close()
+
+    # --- responses in order -------------------------------------------------------------
+
+    def _queue(self, fut: asyncio.Future[bytes | None]) -> None:
+        self._pending.append(fut)
+        fut.add_done_callback(self._flush)
+
+    def _answer(self, data: bytes) -> None:
+        fut: asyncio.Future[bytes | None] = asyncio.get_running_loop().create_future()
+        fut.set_result(data)
+        self._queue(fut)
+
+    def _flush(self, _fut: object = None) -> None:
+        while self._pending and self._pending[0].done():
+            fut = self._pending.popleft()
+            if fut.cancelled():
+                continue
+            err = fut.exception()
+            if err is not None:  # a bug: later answers would be out of order, so close
+                log.error("kafka listener: closing %s: answering failed: %r", self.peer, err)
+                self.server.metrics.errors.labels("internal").inc()
+                self.close()
+                return
+            data = fut.result()
+            if data is not None and not self.writer.is_closing():
+                self.writer.write(data)
+
+    def _count(self, api: int, status: str) -> None:
+        name = f"KAFKA_{API_NAMES.get(api, 'UNKNOWN').upper()}"
+        self.server.metrics.requests.labels(name, status).inc()
+
+    # --- dispatch -----------------------------------------------------------------------
+
+    async def _handle(self, frame: bytes) -> None:
+        if self._raw_sasl:
+            self._raw_authenticate(frame)
+            return
+        try:
+            req = decode_request(frame, self.listener.supported)
+        except UnsupportedApi as e:
+            self._count(e.api_key, "UNSUPPORTED_VERSION")
+            self._answer(unsupported_response(e, self.listener.advertised))
+            if e.api_key != API_VERSIONS:  # the client cannot read this answer: close
+                log.warning("kafka listener: closing %s: %s", self.peer, e)
+                self._flush()
+                self._closed = True
+            return
+        except MemqError as e:
+            self._drop(str(e), "corrupt")
+            return
+        if not self._authenticated() and req.api_key not in (
+            API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE,
+        ):  # fmt: skip
+            self._count(req.api_key, "UNAUTHENTICATED")
+            self._drop(f"{API_NAMES[req.api_key]} before SASL authentication", "auth_failed")
+            return
+        key, v, cid = req.api_key, req.api_version, req.correlation_id
+        if key == API_VERSIONS:
+            self._answer(
+                encode_response(cid, api_versions_response(v, 0, self.listener.advertised))
+            )
+        elif key == METADATA:
+            self._answer(encode_response(cid, await self.listener.metadata(req, self.principal)))
+        elif key == INIT_PRODUCER_ID:
+            self._answer(encode_response(cid, self._init_producer_id(req)))
+        elif key == SASL_HANDSHAKE:
+            self._answer(encode_response(cid, self._sasl_handshake(req)))
+        elif key == SASL_AUTHENTICATE:
+            self._answer(encode_response(cid, self._sasl_authenticate(req)))
+        elif key == PRODUCE:
+            await self._produce(req)
+            return
+        self._count(key, "OK")
+
+    def _init_producer_id(self, req: KafkaRequest) -> Any:
+        if req.body.transactional_id is not None:  # transactions need a coordinator
+            error, pid, epoch = KafkaError.INVALID_REQUEST, -1, -1
+        else:
+            error, pid, epoch = KafkaError.NONE, self.listener.next_producer_id(), 0
+        doc = {"throttle_time_ms": 0, "error_code": error, "producer_id": pid,
+               "producer_epoch": epoch}  # fmt: skip
+        return build_response(INIT_PRODUCER_ID, req.api_version, doc)
+
+    # --- SASL/PLAIN with MemQ tokens ----------------------------------------------------
+
+    def _authenticated(self) -> bool:
+        if not self.server.enforcing:
+            return True
+        if self.principal is None:
+            return False
+        if self._expires is not None and self._expires <= time.time():
+            self.principal = self._expires = None
+            return False
+        return True
+
+    def _sasl_handshake(self, req: KafkaRequest) -> Any:
+        ok = req.body.mechanism == "PLAIN"
+        self._handshake = ok
+        self._raw_sasl = ok and req.api_version == 0  # v0: raw SASL bytes come next
+        code = KafkaError.NONE if ok else KafkaError.UNSUPPORTED_SASL_MECHANISM
+        return build_response(SASL_HANDSHAKE, req.api_version,
+                              {"error_code": code, "enabled_mechanisms": ["PLAIN"]})  # fmt: skip
+
+    def _plain(self, message: bytes) -> str:
+        """Check a SASL/PLAIN message (``authzid NUL username NUL password``, the
+        password a MemQ token); the expiry is kept, the principal returned."""
+        secret = self.server.token_secret
+        if not self._handshake or secret is None:
+            raise AuthenticationError("SASL authentication before a PLAIN SaslHandshake")
+        self._handshake = False
+        parts = message.split(b"\x00")
+        if len(parts) != 3:
+            raise AuthenticationError("malformed SASL/PLAIN message")
+        principal, expires = verify_token(secret, parts[2])
+        user = parts[1].decode("utf-8", "replace")
+        if user and user != principal:
+            raise AuthenticationError(
+                f"SASL username {user!r} is not the token's principal {principal!r}"
+            )
+        self.principal, self._expires = principal, float(expires)
+        log.info("kafka listener: %s authenticated as %r", self.peer, principal)
+        return principal
+
+    def _auth_failed(self, e: AuthenticationError) -> str:
+        self.server.metrics.errors.labels("auth_failed").inc()
+        log.warning("kafka listener: authentication failed from %s: %s", self.peer, e)
+        self._closed = True  # Kafka closes the connection after a failed authentication
+        return f"{e} (the password is a MemQ token: memq token create)"
+
+    def _sasl_authenticate(self, req: KafkaRequest) -> Any:
+        doc: dict[str, Any] = {"error_code": 0, "error_message": None, "sasl_auth_bytes": b"",
+                               "session_lifetime_ms": 0}  # fmt: skip
+        try:
+            self._plain(bytes(req.body.sasl_auth_bytes or b""))
+        except AuthenticationError as e:
+            doc["error_code"] = KafkaError.SASL_AUTHENTICATION_FAILED
+            doc["error_message"] = self._auth_failed(e)
+            return build_response(SASL_AUTHENTICATE, req.api_version, doc)
+        assert self._expires is not None
+        doc["session_lifetime_ms"] = max(int((self._expires - time.time()) * 1000), 1)
+        return build_response(SASL_AUTHENTICATE, req.api_version, doc)
+
+    def _raw_authenticate(self, frame: bytes) -> None:
+        """SaslHandshake v0: the next frame is the bare PLAIN message; success is
+        answered with an empty frame, failure by closing."""
+        self._raw_sasl = False
+        try:
+            self._plain(frame)
+        except AuthenticationError as e:
+            self._auth_failed(e)
+            return
+        self._answer(struct.pack(">i", 0))
+
+    # --- Produce ------------------------------------------------------------------------
+
+    async def _produce(self, req: KafkaRequest) -> None:
+        body, v = req.body, req.api_version
+        acks, timeout_ms = body.required_acks, body.timeout
+        waits: list[tuple[str, list[tuple[int, Awaitable[PartitionResult]]]]] = []
+        for topic, parts in body.topics or []:
+            out = []
+            for partition, data in parts or []:
+                if acks not in (0, 1, -1):
+                    res: Awaitable[PartitionResult] = _done(KafkaError.INVALID_REQUIRED_ACKS)
+                elif body.transactional_id is not None:
+                    res = _done(KafkaError.INVALID_REQUEST, "transactions are not supported")
+                else:
+                    res = await self._append(topic, partition, data, acks, timeout_ms, v)
+                out.append((partition, res))
+            waits.append((topic, out))
+        if acks == 0:
+            self._count(PRODUCE, "OK")
+            return
+        task = asyncio.get_running_loop().create_task(self._respond(req, waits))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        self._queue(task)
+
+    async def _respond(
+        self,
+        req: KafkaRequest,
+        waits: list[tuple[str, list[tuple[int, Awaitable[PartitionResult]]]]],
+    ) -> bytes | None:
+        topics = [(t, [(p, await w) for p, w in parts]) for t, parts in waits]
+        worst = max((r[0] for _, parts in topics for _, r in parts), default=0)
+        self._count(PRODUCE, "OK" if worst == 0 else f"ERROR_{worst}")
+        return encode_response(req.correlation_id,
+                               build_response(PRODUCE, req.api_version, _produce_doc(topics)))  # fmt: skip
+
+    async def _append(
+        self, topic: str, partition: int, data: bytes | None, acks: int, timeout_ms: int, v: int
+    ) -> Awaitable[PartitionResult]:
+        """Append one partition's records; an awaitable of its (error, offset, message)."""
+        server, t0 = self.server, time.monotonic()
+        try:
+            server.authorize(self.principal, "produce", topic)
+            if server.draining:
+                raise server.shutting_down_error()
+            proc = await server.processor_for(topic)
+            if not 0 <= partition < self.listener.partitions(topic):
+                return _done(KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"no partition {partition}")
+            if not data:
+                return _done(KafkaError.INVALID_RECORD, "no records")
+            fallback = (self._pid, next(self._seq))
+            block, count, (bid, txn) = await asyncio.get_running_loop().run_in_executor(
+                None, functools.partial(_to_block, data, fallback, partition)
+            )
+            if txn:
+                return _done(KafkaError.INVALID_REQUEST, "transactions are not supported")
+            limit = proc.config.block_limit
+            if len(block) > limit:
+                raise MessageTooLargeError(
+                    f"{count} records make a {len(block)}-byte block, over topic {topic!r}'s "
+                    f"limit of {limit} bytes: lower batch.size"
+                )
+            header = verify_block(block)
+            batch, _index, dup = await proc.append(memoryview(block), header, t0)
+        except MemqError as e:
+            code = kafka_error(e, v)
+            self.server.metrics.errors.labels(f"kafka_{code}").inc()
+            if code in (KafkaError.INVALID_RECORD, KafkaError.CORRUPT_MESSAGE):
+                log.warning("kafka listener: %s from %s: %s", topic, self.peer, e)
+            return _done(code, str(e))
+        offset = self.listener.base_offset(topic, partition, bid, count)
+        if acks == 1:
+            if not dup:
+                proc.note_ack1(batch, header.record_count)
+            return _done(KafkaError.NONE, None, offset)
+        task = asyncio.get_running_loop().create_task(
+            self._await_stored(batch.done, topic, offset, timeout_ms, v, t0)
+        )
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _await_stored(
+        self, done: asyncio.Future[Any], topic: str, offset: int, timeout_ms: int, v: int, t0: float
+    ) -> PartitionResult:
+        try:
+            await asyncio.wait_for(
+                asyncio.shield(done), timeout_ms / 1000 if timeout_ms > 0 else None
+            )
+        except TimeoutError:
+            return (KafkaError.REQUEST_TIMED_OUT, -1, f"not stored within {timeout_ms} ms")
+        except MemqError as e:
+            return (kafka_error(e, v), -1, str(e))
+        except asyncio.CancelledError:
+            if done.cancelled():  # the upload was cancelled (shutdown), not us
+                return (KafkaError.NOT_LEADER_OR_FOLLOWER, -1, "the broker is shutting down")
+            raise
+        self.server.metrics.ack_seconds.labels(topic, "all").observe(time.monotonic() - t0)
+        return (KafkaError.NONE, offset, None)
+
+
+def _done(code: int, msg: str | None = None, offset: int = -1) -> Awaitable[PartitionResult]:
+    fut: asyncio.Future[PartitionResult] = asyncio.get_running_loop().create_future()
+    fut.set_result((code, offset, msg))
+    return fut

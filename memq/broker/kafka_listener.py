@@ -1,0 +1,219 @@
+"""The broker's Kafka-protocol listener: any Kafka producer writes to MemQ.
+
+Its own port (``kafka_listener`` in the broker config). Implements ApiVersions, Metadata,
+Produce and InitProducerId (plus SaslHandshake/SaslAuthenticate with PLAIN when the
+broker enforces auth); every other request is answered UNSUPPORTED_VERSION and the
+connection closed. Codecs are in :mod:`memq.broker.kafka_codec` (and
+:mod:`memq.broker.kafka_structs`), one connection's handling in
+:mod:`memq.broker.kafka_connection`; this module is the port, the state its connections
+share (producer ids, offsets) and Metadata:
+
+- **Requests in order, responses in order.** A connection reads one request at a time
+  and takes it as far as appending its blocks to the topic processors; ``acks=-1``
+  responses wait for their batches meanwhile, and are written strictly in request
+  order (a Kafka client pipelines up to ``max.in.flight`` requests).
+- **Produce**: each partition's record batches become one MemQ block (the producer's
+  compression, zstd for snappy), appended through the topic's processor exactly like a
+  WRITE or an HTTP ingest request. ``acks=0``: no response (Kafka's meaning);
+  ``acks=1``: the block is in the open batch; ``acks=-1``: the batch object is in storage
+  and its notification acknowledged. Base offsets are a per-partition counter of this
+  broker (MemQ has no partition log).
+- **Idempotence**: a batch of an idempotent producer becomes block id
+  ``(producer id, epoch, partition << 32 | base sequence)``, so a retry that reaches the
+  same writer is answered from the processor's dedup window (and consumers drop any
+  remaining copy). InitProducerId hands out ids from a range random per broker start.
+- **Framing**: a length outside ``[8, max_frame_bytes]``, a truncated frame, a request
+  that does not decode or an idle connection is closed (logged and counted), never a
+  crash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import random
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any
+
+from memq.broker.kafka_codec import (
+    ADVERTISED_ONLY,
+    METADATA,
+    SASL_APIS,
+    SUPPORTED,
+    KafkaError,
+    KafkaRequest,
+    build_response,
+    kafka_error,
+    node_id,
+)
+from memq.broker.kafka_connection import KafkaConnection
+from memq.errors import MemqError, NotWriterError
+from memq.formats.keys import validate_name
+
+if TYPE_CHECKING:
+    from memq.broker.server import BrokerServer
+    from memq.protocol import BrokerInfo
+
+__all__ = ["KafkaListener"]
+
+log = logging.getLogger(__name__)
+
+#: Authorized-operations fields of Metadata v8: "not requested".
+_OPS_OMITTED = -(1 << 31)
+#: Base offsets remembered to answer a duplicate with the original one.
+_OFFSET_MEMORY = 65536
+
+
+class KafkaListener:
+    """The Kafka port of one broker: its connections, producer ids and offsets."""
+
+    def __init__(self, server: BrokerServer) -> None:
+        cfg = server.config.kafka_listener
+        assert cfg is not None
+        self.server = server
+        self.config = cfg
+        self.connections: set[KafkaConnection] = set()
+        self.port: int = cfg.port
+        self._server: asyncio.Server | None = None
+        # Producer ids: the top 31 bits random per broker start, the low 32 a counter.
+        self._pid_base = random.getrandbits(31) << 32
+        self._pids = itertools.count(1)
+        self._offsets: dict[tuple[str, int], int] = {}
+        self._seen: OrderedDict[tuple[str, int, int, int, int], int] = OrderedDict()
+        #: What ApiVersions lists; what is served is that minus ADVERTISED_ONLY.
+        self.advertised = {**SUPPORTED, **ADVERTISED_ONLY}
+        self.supported = dict(SUPPORTED)
+        if server.token_secret is not None:
+            self.supported.update(SASL_APIS)
+            self.advertised.update(SASL_APIS)
+
+    @property
+    def advertised_port(self) -> int:
+        return self.config.advertised_port or self.port
+
+    async def start(self, host: str) -> int:
+        ssl = self.server.ssl_context if self.config.tls else None
+        self._server = await asyncio.start_server(
+            self._accept, host, self.config.port, reuse_address=True, ssl=ssl,
+            ssl_handshake_timeout=10.0 if ssl else None, limit=1 << 16,
+        )  # fmt: skip
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self.port
+
+    def stop_accepting(self) -> None:
+        if self._server is not None:
+            self._server.close()
+
+    def close_connections(self) -> None:
+        for conn in list(self.connections):
+            conn.close()
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        limit = self.server.config.max_connections
+        if len(self.connections) >= limit:
+            log.warning("kafka listener: refusing a connection, max_connections (%d)", limit)
+            self.server.metrics.errors.labels("connection_limit").inc()
+            writer.transport.abort()
+            return
+        conn = KafkaConnection(self, reader, writer)
+        self.connections.add(conn)
+        try:
+            await conn.run()
+        finally:
+            self.connections.discard(conn)
+
+    # --- shared state -------------------------------------------------------------------
+
+    def next_producer_id(self) -> int:
+        return self._pid_base | (next(self._pids) & 0xFFFFFFFF)
+
+    def base_offset(self, topic: str, partition: int, bid: tuple[int, int, int], n: int) -> int:
+        """This broker's offset of a block in a partition; a duplicate gets its first one."""
+        key = (topic, partition, *bid)
+        seen = self._seen.get(key)
+        if seen is not None:
+            return seen
+        base = self._offsets.get((topic, partition), 0)
+        self._offsets[(topic, partition)] = base + n
+        self._seen[key] = base
+        if len(self._seen) > _OFFSET_MEMORY:
+            self._seen.popitem(last=False)
+        return base
+
+    def partitions(self, topic: str) -> int:
+        if self.config.partitions is not None:
+            return self.config.partitions
+        cfg = self.server.view.topic_config(topic)
+        return cfg.notification.partitions if cfg is not None else 1
+
+    # --- Metadata -----------------------------------------------------------------------
+
+    async def metadata(self, req: KafkaRequest, principal: str | None) -> Any:
+        server, view = self.server, self.server.view
+        body, version = req.body, req.api_version
+        topics: list[str] | None = list(body.topics) if body.topics is not None else None
+        if version == 0 and not topics:
+            topics = None  # v0: an empty list means every topic
+        allow_create = bool(body.allow_auto_topic_creation) if version >= 4 else True
+        brokers = [b for b in view.brokers() if b.kafka_port]
+        kafka_ids = {b.id for b in brokers}
+        listed = topics is None
+        names = sorted(view.topic_names()) if topics is None else topics
+        docs = []
+        for name in names:
+            if server.enforcing and not server.acls.allowed(principal, "produce", name):
+                if not listed:
+                    docs.append(_topic_doc(name, KafkaError.TOPIC_AUTHORIZATION_FAILED))
+                continue
+            try:
+                validate_name("topic", name)
+            except MemqError:
+                docs.append(_topic_doc(name, KafkaError.INVALID_TOPIC_EXCEPTION))
+                continue
+            if view.topic_config(name) is None and not view.writers(name):
+                code = await self._create(name, allow_create)
+                if code != KafkaError.NONE:
+                    docs.append(_topic_doc(name, code))
+                    continue
+            leaders = [w for w in view.writers(name) if w in kafka_ids]
+            if not leaders:
+                docs.append(_topic_doc(name, KafkaError.LEADER_NOT_AVAILABLE))
+                continue
+            parts = []
+            for p in range(self.partitions(name)):
+                leader = node_id(leaders[p % len(leaders)])
+                parts.append({"error_code": 0, "partition": p, "leader": leader,
+                              "leader_epoch": 0, "replicas": [leader], "isr": [leader],
+                              "offline_replicas": []})  # fmt: skip
+            docs.append(_topic_doc(name, KafkaError.NONE, parts))
+        doc = {
+            "throttle_time_ms": 0,
+            "brokers": [_broker_doc(b) for b in brokers],
+            "cluster_id": server.config.cluster,
+            "controller_id": node_id(server.config.broker_id),
+            "topics": docs,
+            "cluster_authorized_operations": _OPS_OMITTED,
+        }
+        return build_response(METADATA, version, doc)
+
+    async def _create(self, name: str, allowed: bool) -> int:
+        """Auto-create an unknown topic where the broker allows it: the error code."""
+        if not (allowed and self.server.config.auto_create_topics) or self.server.draining:
+            return KafkaError.UNKNOWN_TOPIC_OR_PARTITION
+        try:
+            await self.server.processor_for(name)
+        except NotWriterError:  # clustered: created, writers not assigned yet
+            return KafkaError.LEADER_NOT_AVAILABLE
+        except MemqError as e:
+            return kafka_error(e)
+        return KafkaError.NONE
+
+
+def _topic_doc(name: str, error: int, partitions: list[dict[str, Any]] | None = None) -> Any:
+    return {"error_code": error, "topic": name, "is_internal": False,
+            "partitions": partitions or [], "topic_authorized_operations": _OPS_OMITTED}  # fmt: skip
+
+
+def _broker_doc(b: BrokerInfo) -> dict[str, Any]:
+    return {"node_id": node_id(b.id), "host": b.host, "port": b.kafka_port, "rack": b.rack}

@@ -1,0 +1,123 @@
+"""Kafka request/response versions aiokafka does not declare, in aiokafka's own schema
+types: Metadata v6-v8 and InitProducerId v1 (the later versions add fields only)."""
+
+from __future__ import annotations
+
+from aiokafka.protocol.api import RequestStruct, Response
+from aiokafka.protocol.metadata import MetadataRequest_v5, MetadataResponse_v5
+from aiokafka.protocol.transaction import InitProducerIdRequest_v0, InitProducerIdResponse_v0
+from aiokafka.protocol.types import Array, Boolean, Int16, Int32, Schema, String
+
+__all__ = [
+    "InitProducerIdRequest_v1",
+    "InitProducerIdResponse_v1",
+    "MetadataRequest_v6",
+    "MetadataRequest_v7",
+    "MetadataRequest_v8",
+    "MetadataResponse_v6",
+    "MetadataResponse_v7",
+    "MetadataResponse_v8",
+]
+
+_PARTITION_V7 = (
+    ("error_code", Int16),
+    ("partition", Int32),
+    ("leader", Int32),
+    ("leader_epoch", Int32),
+    ("replicas", Array(Int32)),
+    ("isr", Array(Int32)),
+    ("offline_replicas", Array(Int32)),
+)
+_BROKERS = (
+    "brokers",
+    Array(
+        ("node_id", Int32), ("host", String("utf-8")), ("port", Int32), ("rack", String("utf-8"))
+    ),
+)
+
+
+class MetadataResponse_v6(Response):  # noqa: N801 (aiokafka's naming)
+    API_KEY = 3
+    API_VERSION = 6
+    SCHEMA = MetadataResponse_v5.SCHEMA
+
+
+class MetadataResponse_v7(Response):  # noqa: N801
+    API_KEY = 3
+    API_VERSION = 7
+    SCHEMA = Schema(
+        ("throttle_time_ms", Int32),
+        _BROKERS,
+        ("cluster_id", String("utf-8")),
+        ("controller_id", Int32),
+        (
+            "topics",
+            Array(
+                ("error_code", Int16),
+                ("topic", String("utf-8")),
+                ("is_internal", Boolean),
+                ("partitions", Array(*_PARTITION_V7)),
+            ),
+        ),
+    )
+
+
+class MetadataResponse_v8(Response):  # noqa: N801
+    API_KEY = 3
+    API_VERSION = 8
+    SCHEMA = Schema(
+        ("throttle_time_ms", Int32),
+        _BROKERS,
+        ("cluster_id", String("utf-8")),
+        ("controller_id", Int32),
+        (
+            "topics",
+            Array(
+                ("error_code", Int16),
+                ("topic", String("utf-8")),
+                ("is_internal", Boolean),
+                ("partitions", Array(*_PARTITION_V7)),
+                ("topic_authorized_operations", Int32),
+            ),
+        ),
+        ("cluster_authorized_operations", Int32),
+    )
+
+
+class MetadataRequest_v6(RequestStruct):  # noqa: N801
+    API_KEY = 3
+    API_VERSION = 6
+    RESPONSE_TYPE = MetadataResponse_v6
+    SCHEMA = MetadataRequest_v5.SCHEMA
+
+
+class MetadataRequest_v7(RequestStruct):  # noqa: N801
+    API_KEY = 3
+    API_VERSION = 7
+    RESPONSE_TYPE = MetadataResponse_v7
+    SCHEMA = MetadataRequest_v5.SCHEMA
+
+
+class MetadataRequest_v8(RequestStruct):  # noqa: N801
+    API_KEY = 3
+    API_VERSION = 8
+    RESPONSE_TYPE = MetadataResponse_v8
+    SCHEMA = Schema(
+        ("topics", Array(String("utf-8"))),
+        ("allow_auto_topic_creation", Boolean),
+        ("include_cluster_authorized_operations", Boolean),
+        ("include_topic_authorized_operations", Boolean),
+    )
+
+
+class InitProducerIdResponse_v1(Response):  # noqa: N801
+    API_KEY = 22
+    API_VERSION = 1
+    SCHEMA = InitProducerIdResponse_v0.SCHEMA
+
+
+class InitProducerIdRequest_v1(RequestStruct):  # noqa: N801
+    API_KEY = 22
+    API_VERSION = 1
+    RESPONSE_TYPE = InitProducerIdResponse_v1
+    SCHEMA = InitProducerIdRequest_v0.SCHEMA

@@ -1,0 +1,34 @@
+"""`benchmarks/bench_kafka_ingest.py --quick` runs end to end on this session's servers:
+both targets acknowledge records, nothing fails, the figures are written."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from memq.devstack import StackState
+
+ROOT = Path(__file__).parent.parent.parent
+
+
+def test_bench_kafka_ingest_quick(tmp_path: Path, memq_stack: StackState) -> None:
+    out = tmp_path / "kafka_ingest.json"
+    env = {**os.environ, "MEMQ_S3_ENDPOINT": memq_stack.s3_endpoint,
+           "MEMQ_KAFKA_BOOTSTRAP": memq_stack.kafka_bootstrap,
+           "MEMQ_ZK_CONNECT": memq_stack.zk_connect}  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_kafka_ingest.py"), "--quick",
+         "--out", str(out)],
+        capture_output=True, text=True, timeout=600, check=False, env=env, cwd=ROOT,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    for name in ("memq_kafka_listener", "kafka_direct"):
+        r = doc[name]
+        assert r["records_acked"] > 0 and r["MBps"] > 0 and r["failed"] == 0, r
+        assert r["ack_p99_ms"] >= r["ack_p50_ms"] > 0
+    assert doc["memq_kafka_listener"]["server_cpu_s_per_GiB"] > 0
+    assert "MemQ / direct throughput" in proc.stdout

@@ -1,0 +1,374 @@
+"""The broker's Kafka-protocol listener against real clients and real servers (moto S3,
+the local Kafka-protocol broker for notifications): confluent-kafka (librdkafka, with its
+default idempotence), kafkajs through node, raw aiokafka-built requests; records read
+back byte-exact with memq.Consumer or from S3."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiokafka.protocol.produce import ProduceRequest_v7
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
+
+from memq import Consumer
+from memq.devstack import StackState
+from memq.run.broker import BrokerThread
+from memq.security import make_token
+from memq.testing import broker_config
+from tests.integration.helpers import read_objects
+
+GROUP = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000, "auto.offset.reset": "earliest"}
+ROOT = Path(__file__).resolve().parents[2]
+SECRET = "kafka-listener-secret-0123456789"
+
+
+@pytest.fixture
+def topic(unique_name: Any) -> str:
+    return str(unique_name("k"))
+
+
+def kafka_broker(
+    stack: StackState, bucket: str, topics: list[str], **overrides: Any
+) -> BrokerThread:
+    cfg = broker_config(
+        stack, bucket=bucket, topics=topics, batch_ms=200, batch_bytes=4 << 20,
+        partitions=3, cluster=f"kl-{uuid.uuid4().hex[:8]}", kafka_listener={"port": 0},
+        **overrides,
+    )  # fmt: skip
+    return BrokerThread(cfg)
+
+
+@pytest.fixture
+def broker(memq_stack: StackState, s3_bucket: str, topic: str) -> Iterator[BrokerThread]:
+    with kafka_broker(memq_stack, s3_bucket, [topic]) as b:
+        yield b
+
+
+def kafka_address(b: BrokerThread) -> str:
+    assert b.server is not None and b.server.kafka_port is not None
+    return f"127.0.0.1:{b.server.kafka_port}"
+
+
+def records(n: int) -> list[tuple[bytes, bytes, list[tuple[str, bytes]], int]]:
+    base = 1_763_790_000_000
+    return [
+        (b"key-%d" % (i % 97), b"value-%06d-" % i + bytes(i % 41),
+         [("seq", b"%d" % i), ("kind", b"\x00\xff")], base + i)
+        for i in range(n)
+    ]  # fmt: skip
+
+
+def produce_confluent(
+    address: str, topic: str, recs: list[Any], **extra: Any
+) -> list[tuple[Any, Any]]:
+    """Produce with confluent-kafka (librdkafka defaults: acks=all, idempotence on)."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": address, "enable.idempotence": True, "acks": "all",
+                  "linger.ms": 10, **extra})  # fmt: skip
+    reports: list[tuple[Any, Any]] = []
+    for key, value, headers, ts in recs:
+        while True:
+            try:
+                p.produce(topic, value, key, headers=headers, timestamp=ts,
+                          on_delivery=lambda err, msg: reports.append((err, msg)))  # fmt: skip
+                break
+            except BufferError:
+                p.poll(0.1)
+        p.poll(0)
+    assert p.flush(120) == 0
+    return reports
+
+
+def read_back(address: str, topic: str, n: int, timeout: float = 120) -> list[Any]:
+    out: list[Any] = []
+    with Consumer({"bootstrap.servers": address, "group.id": "g", **GROUP}) as c:
+        c.subscribe(topic)
+        deadline = time.monotonic() + timeout
+        while len(out) < n and time.monotonic() < deadline:
+            out.extend(c.consume(1000, 1.0))
+        out.extend(c.consume(1000, 2.0))  # nothing more may come
+    return out
+
+
+def test_confluent_kafka_idempotent_producer_50k_records_read_back_exactly(
+    broker: BrokerThread, topic: str
+) -> None:
+    recs = records(50_000)
+    reports = produce_confluent(kafka_address(broker), topic, recs)
+    assert len(reports) == len(recs) and all(err is None for err, _ in reports)
+    got = read_back(broker.address, topic, len(recs))
+    assert sorted((m.key, m.value, m.headers, m.timestamp) for m in got) == sorted(
+        (k, v, tuple(h), ts) for k, v, h, ts in recs
+    )
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_compressed_batches_are_stored_byte_exact(
+    broker: BrokerThread, topic: str, codec: str, memq_stack: StackState, s3_bucket: str
+) -> None:
+    # compressible (librdkafka sends a batch uncompressed when compression does not pay)
+    recs = [(k, v + b"." * 400, h, ts) for k, v, h, ts in records(300)]
+    reports = produce_confluent(kafka_address(broker), topic, recs, **{"compression.type": codec})
+    assert all(err is None for err, _ in reports)
+    objs = read_objects(memq_stack.s3_client(), s3_bucket, topic=topic)
+    stored = sorted((r[1], r[2], r[3], r[0]) for o in objs for r in o.records)
+    assert stored == sorted((k, v, tuple(h), ts) for k, v, h, ts in recs)
+    expected = {"gzip": 1, "snappy": 2, "lz4": 3, "zstd": 2}[codec]  # MemQ's codes
+    assert {int(h.compression) for o in objs for h, _ in o.blocks} == {expected}
+
+
+def test_an_unknown_topic_is_unknown_topic_or_partition(broker: BrokerThread) -> None:
+    from confluent_kafka import KafkaError
+
+    # librdkafka fails a message to a topic the metadata calls unknown once
+    # topic.metadata.propagation.max.ms has passed (default 30 s)
+    reports = produce_confluent(kafka_address(broker), "no-such-topic", records(1),
+                                **{"topic.metadata.propagation.max.ms": 1000,
+                                   "message.timeout.ms": 20_000})  # fmt: skip
+    ((err, _),) = reports
+    assert err is not None and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART, err
+
+
+# --- raw requests ---------------------------------------------------------------------------
+
+
+def raw_batch(pid: int, epoch: int, seq: int, values: list[bytes]) -> bytes:
+    b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=0,
+                                  producer_id=pid, producer_epoch=epoch, base_sequence=seq,
+                                  batch_size=1 << 20)  # fmt: skip
+    for i, v in enumerate(values):
+        b.append(i, timestamp=1_700_000_000_000 + i, key=None, value=v, headers=[])
+    return bytes(b.build())
+
+
+def exchange(address: str, frames: list[bytes], answers: int, timeout: float = 30) -> list[bytes]:
+    """Send request frames on one connection, read ``answers`` response frames."""
+    host, port = address.split(":")
+    with socket.create_connection((host, int(port)), timeout=timeout) as s:
+        for f in frames:
+            s.sendall(f)
+        out = []
+        for _ in range(answers):
+            (n,) = struct.unpack(">i", recv_exactly(s, 4))
+            out.append(recv_exactly(s, n))
+        return out
+
+
+def recv_exactly(s: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError(f"closed after {len(buf)} of {n} bytes")
+        buf += chunk
+    return buf
+
+
+def request_frame(req: Any, cid: int) -> bytes:
+    header = struct.pack(">hhih", req.API_KEY, req.API_VERSION, cid, 4) + b"test"
+    body = header + req.encode()
+    return struct.pack(">i", len(body)) + body
+
+
+def test_a_retried_idempotent_batch_is_answered_as_a_duplicate(
+    broker: BrokerThread, topic: str, memq_stack: StackState, s3_bucket: str
+) -> None:
+    batch = raw_batch(pid=4242, epoch=0, seq=0, values=[b"once-a", b"once-b"])
+    req = ProduceRequest_v7(None, -1, 30_000, [(topic, [(1, batch)])])
+    first, again = exchange(
+        kafka_address(broker), [request_frame(req, 1), request_frame(req, 2)], 2
+    )
+    for cid, resp in ((1, first), (2, again)):
+        assert struct.unpack_from(">i", resp)[0] == cid
+        decoded = req.RESPONSE_TYPE.decode(resp[4:])
+        ((name, ((partition, code, offset, *_),)),) = decoded.topics
+        assert (name, partition, code, offset) == (topic, 1, 0, 0)
+    objs = read_objects(memq_stack.s3_client(), s3_bucket, topic=topic)
+    stored = [r[2] for o in objs for r in o.records]
+    assert stored == [b"once-a", b"once-b"]  # one copy
+    (o,) = objs
+    ((h, _),) = o.blocks
+    assert (h.producer_id, h.epoch, h.sequence) == (4242, 0, (1 << 32) | 0)
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        b"\xff\xff\xff\xff",  # a negative length
+        b"\x7f\x00\x00\x00" + b"x" * 100,  # over max_frame_bytes
+        b"\x00\x00\x00\x20\x00\x03",  # truncated, then the client goes away
+        struct.pack(">i", 12) + b"\x00\x03\x00\x09" + b"\x00" * 8,  # Metadata v9 (flexible)
+        struct.pack(">i", 20) + b"\x00\x00\x00\x07\x00\x00\x00\x01" + b"\xee" * 12,  # bad Produce
+        b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+    ],
+)
+def test_garbage_gets_a_clean_close_and_the_broker_keeps_serving(
+    broker: BrokerThread, topic: str, garbage: bytes
+) -> None:
+    host, port = kafka_address(broker).split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(garbage)
+        if garbage.startswith(b"\x00\x00\x00\x20"):
+            s.shutdown(socket.SHUT_WR)
+        data = b""
+        while chunk := s.recv(4096):  # the broker closes (maybe after an error answer)
+            data += chunk
+    # still serving: a normal client produces
+    reports = produce_confluent(kafka_address(broker), topic, records(10))
+    assert all(err is None for err, _ in reports)
+
+
+def test_api_versions_of_an_unsupported_version_lists_the_supported_ranges(
+    broker: BrokerThread,
+) -> None:
+    from aiokafka.protocol.admin import ApiVersionResponse_v0
+
+    frame = struct.pack(">hhih", 18, 9, 77, -1)  # ApiVersions v9
+    (resp,) = exchange(kafka_address(broker), [struct.pack(">i", len(frame)) + frame], 1)
+    assert struct.unpack_from(">i", resp)[0] == 77
+    decoded = ApiVersionResponse_v0.decode(resp[4:])
+    assert decoded.error_code == 35
+    ranges = {k: (lo, hi) for k, lo, hi in decoded.api_versions}
+    assert ranges[18] == (0, 2) and ranges[0] == (3, 8) and ranges[3] == (0, 8)
+    assert ranges[22] == (0, 1)
+
+
+def test_acks_0_and_1(broker: BrokerThread, topic: str) -> None:
+    for acks in ("0", "1"):
+        reports = produce_confluent(kafka_address(broker), topic, records(100),
+                                    acks=acks, **{"enable.idempotence": False})  # fmt: skip
+        assert all(err is None for err, _ in reports)
+    got = read_back(broker.address, topic, 200)
+    assert len(got) == 200
+
+
+# --- auth -----------------------------------------------------------------------------------
+
+
+def test_sasl_plain_with_a_memq_token_and_acls(
+    memq_stack: StackState, s3_bucket: str, unique_name: Any
+) -> None:
+    from confluent_kafka import KafkaError
+
+    allowed, denied = unique_name("ok"), unique_name("no")
+    auth = {"enabled": True, "token_secret": SECRET,
+            "acls": [{"principal": "app", "topic": allowed, "ops": ["produce", "consume"]}]}  # fmt: skip
+    with kafka_broker(memq_stack, s3_bucket, [allowed, denied], auth=auth) as b:
+        token = make_token(SECRET.encode(), "app", 600)
+        sasl = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+                "sasl.username": "app", "sasl.password": token, "message.timeout.ms": 10_000}  # fmt: skip
+        ok = produce_confluent(kafka_address(b), allowed, records(5), **sasl)
+        assert all(err is None for err, _ in ok)
+        ((err, _),) = produce_confluent(kafka_address(b), denied, records(1), **sasl)
+        assert err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, err
+        bad = {**sasl, "sasl.password": make_token(b"another-secret-xxxxxxxx", "app", 600)}
+        ((err, _),) = produce_confluent(kafka_address(b), allowed, records(1), **bad)
+        assert err is not None, "a token signed with another secret must be refused"
+        objs = read_objects(memq_stack.s3_client(), s3_bucket, topic=allowed)
+        assert sum(o.header.record_count for o in objs) == 5
+
+
+# --- the docs' examples, kafkajs -------------------------------------------------------------
+
+KAFKAJS = ROOT / ".venv" / "node" / "node_modules" / "kafkajs"
+DOC = (ROOT / "docs" / "ingest.md").read_text()
+
+
+def doc_block(lang: str) -> str:
+    (block,) = re.findall(rf"```{lang}\n(.*?)```", DOC.split("## Kafka protocol", 1)[1], re.S)
+    return str(block)
+
+
+def test_the_docs_confluent_kafka_example_runs_as_written(
+    memq_stack: StackState, s3_bucket: str
+) -> None:
+    with kafka_broker(memq_stack, s3_bucket, ["events"]) as b:
+        out = subprocess.run(
+            [sys.executable, "-c", doc_block("python")], capture_output=True, text=True,
+            timeout=120, check=False, env={**os.environ, "MEMQ_KAFKA": kafka_address(b)},
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr[-3000:]
+        got = read_back(b.address, "events", 1000)
+    assert sorted((m.key, m.value, m.headers) for m in got) == sorted(
+        (b"user-%d" % (i % 10), b"click %d" % i, (("source", b"web"),)) for i in range(1000)
+    )
+
+
+def test_kafkajs_producer_1000_records_read_back_exactly(broker: BrokerThread, topic: str) -> None:
+    """The docs' kafkajs example (idempotent, acks=-1) through node."""
+    if shutil.which("node") is None:
+        pytest.skip("node is not installed (apt-get install nodejs npm, then make install)")
+    if not KAFKAJS.exists():
+        pytest.skip("kafkajs is not installed: make install (npm install --prefix .venv/node)")
+    env = {**os.environ, "NODE_PATH": str(KAFKAJS.parent), "MEMQ_KAFKA": kafka_address(broker),
+           "TOPIC": topic, "COUNT": "1000"}  # fmt: skip
+    out = subprocess.run(["node", "-e", doc_block("js")], capture_output=True, text=True,
+                         timeout=180, check=False, env=env)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"sent": 1000}
+    got = read_back(broker.address, topic, 1000)
+    assert sorted((m.key, m.value, m.headers) for m in got) == sorted(
+        (b"key-%d" % i, b"value-%d" % i, (("source", b"kafkajs"),)) for i in range(1000)
+    )
+
+
+def test_kcat_produces_keyed_records_with_headers(broker: BrokerThread, topic: str) -> None:
+    """Debian's kcat (librdkafka), as log shippers and shell users run it."""
+    if shutil.which("kcat") is None:
+        pytest.skip("kcat is not installed (apt-get install -y kcat; make install does as root)")
+    lines = "".join(f"key-{i}:line {i}\n" for i in range(100))
+    out = subprocess.run(
+        ["kcat", "-P", "-b", kafka_address(broker), "-t", topic, "-K", ":", "-H", "source=kcat",
+         "-X", "acks=all", "-X", "enable.idempotence=true"],
+        input=lines, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = read_back(broker.address, topic, 100)
+    assert sorted((m.key, m.value, m.headers) for m in got) == sorted(
+        (b"key-%d" % i, b"line %d" % i, (("source", b"kcat"),)) for i in range(100)
+    )
+
+
+# --- the dev stack --------------------------------------------------------------------------
+
+
+def test_dev_stack_brokers_list_a_kafka_endpoint_that_takes_records(
+    memq_stack: StackState, tmp_path: Path, unique_name: Any
+) -> None:
+    """`memq dev up` (on this session's servers) starts a clustered broker with a Kafka
+    listener; `memq dev status --json` names it, and an auto-created topic takes records."""
+    env = {**os.environ, "MEMQ_S3_ENDPOINT": memq_stack.s3_endpoint,
+           "MEMQ_KAFKA_BOOTSTRAP": memq_stack.kafka_bootstrap,
+           "MEMQ_ZK_CONNECT": memq_stack.zk_connect}  # fmt: skip
+    d = str(tmp_path / "st")
+
+    def memq(*args: str) -> str:
+        out = subprocess.run([sys.executable, "-m", "memq.cli.main", *args, "--state-dir", d],
+                             capture_output=True, text=True, env=env, timeout=180, check=False)  # fmt: skip
+        assert out.returncode == 0, out.stdout + out.stderr
+        return out.stdout
+
+    memq("dev", "up", "--no-auditor")
+    try:
+        (b,) = json.loads(memq("dev", "status", "--json"))["brokers"]
+        assert b["kafka"].startswith("127.0.0.1:") and b["healthy"]
+        assert f"Kafka producers write to MemQ at: broker-1 {b['kafka']}" in memq("dev", "status")
+        reports = produce_confluent(b["kafka"], unique_name("dev"), records(20),
+                                    **{"message.timeout.ms": 60_000})  # fmt: skip
+        assert len(reports) == 20 and all(err is None for err, _ in reports), reports[0]
+    finally:
+        memq("dev", "down")

@@ -1,0 +1,182 @@
+"""The Kafka listener's codec (memq.broker.kafka_codec): requests built by aiokafka's own
+classes decode, responses of every supported version encode, record batches of every
+codec become MemQ records byte for byte, and bad bytes are typed errors."""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import pytest
+from aiokafka.protocol.admin import ApiVersionRequest_v2, ApiVersionResponse_v0
+from aiokafka.protocol.produce import ProduceRequest_v3, ProduceRequest_v8
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
+from aiokafka.record.legacy_records import LegacyRecordBatchBuilder
+
+from memq.broker.kafka_codec import (
+    API_VERSIONS,
+    METADATA,
+    PRODUCE,
+    SUPPORTED,
+    KafkaError,
+    UnsupportedApi,
+    build_response,
+    decode_records,
+    decode_request,
+    encode_response,
+    kafka_error,
+    node_id,
+    response_class,
+    unsupported_response,
+)
+from memq.broker.kafka_structs import MetadataRequest_v8
+from memq.errors import (
+    ChecksumError,
+    MalformedError,
+    MemqFormatError,
+    NotificationError,
+    NotWriterError,
+    StorageError,
+    ThrottledError,
+    UnknownTopicError,
+)
+from memq.formats.compression import Compression
+
+
+def frame(req: Any, cid: int = 7, client: bytes = b"test") -> bytes:
+    head = struct.pack(">hhih", req.API_KEY, req.API_VERSION, cid, len(client)) + client
+    return head + req.encode()
+
+
+def batch(codec: int = 0, *, pid: int = -1, seq: int = -1, n: int = 3, **kw: Any) -> bytes:
+    b = DefaultRecordBatchBuilder(magic=2, compression_type=codec, is_transactional=0,
+                                  producer_id=pid, producer_epoch=0 if pid >= 0 else -1,
+                                  base_sequence=seq, batch_size=1 << 20)  # fmt: skip
+    for i in range(n):
+        b.append(i, timestamp=1_000 + i, key=b"k%d" % i if i else None,
+                 value=kw.get("value", b"value-%d" % i), headers=[("h", b"\x00\xff"), ("n", None)])  # fmt: skip
+    return bytes(b.build())
+
+
+def test_requests_built_by_aiokafka_decode() -> None:
+    req = decode_request(frame(ApiVersionRequest_v2(), 42), SUPPORTED)
+    assert (req.api_key, req.api_version, req.correlation_id, req.client_id) == (18, 2, 42, "test")
+    meta = decode_request(frame(MetadataRequest_v8(["a", "b"], True, False, False)), SUPPORTED)
+    assert list(meta.body.topics) == ["a", "b"] and meta.body.allow_auto_topic_creation
+    data = batch()
+    prod = decode_request(frame(ProduceRequest_v8(None, -1, 5000, [("t", [(2, data)])])), SUPPORTED)
+    assert prod.body.required_acks == -1 and prod.body.topics == [("t", [(2, data)])]
+
+
+@pytest.mark.parametrize(
+    ("key", "version"), [(PRODUCE, 2), (PRODUCE, 9), (METADATA, 9), (1, 4), (99, 0)]
+)
+def test_unsupported_apis_are_answered_with_the_supported_ranges(key: int, version: int) -> None:
+    raw = struct.pack(">hhih", key, version, 5, -1) + b"\x00" * 16
+    with pytest.raises(UnsupportedApi) as e:
+        decode_request(raw, SUPPORTED)
+    answer = unsupported_response(e.value, SUPPORTED)
+    (length, cid) = struct.unpack_from(">ii", answer)
+    assert length == len(answer) - 4 and cid == 5
+    resp = ApiVersionResponse_v0.decode(answer[8:])
+    assert resp.error_code == KafkaError.UNSUPPORTED_VERSION
+    assert {k: (lo, hi) for k, lo, hi in resp.api_versions} == SUPPORTED
+
+
+@pytest.mark.parametrize("cut", [3, 8, 12, 20])
+def test_truncated_requests_are_malformed(cut: int) -> None:
+    raw = frame(ProduceRequest_v3(None, 1, 1000, [("topic", [(0, batch())])]))
+    with pytest.raises(MalformedError):
+        decode_request(raw[:cut] if cut > 8 else raw[: cut - 1], SUPPORTED)
+
+
+@pytest.mark.parametrize(
+    ("codec", "memq"),
+    [(0, Compression.NONE), (1, Compression.GZIP), (2, Compression.ZSTD),
+     (3, Compression.LZ4), (4, Compression.ZSTD)],
+)  # fmt: skip
+def test_every_codec_decodes_byte_exact(codec: int, memq: Compression) -> None:
+    recs = decode_records(batch(codec, pid=9, seq=4))
+    assert recs.records == [
+        (1_000 + i, b"k%d" % i if i else None, b"value-%d" % i, (("h", b"\x00\xff"), ("n", None)))
+        for i in range(3)
+    ]
+    assert (recs.producer_id, recs.producer_epoch, recs.base_sequence) == (9, 0, 4)
+    assert recs.compression == memq and not recs.transactional
+
+
+def test_several_batches_and_null_values() -> None:
+    data = batch(n=2) + batch(1, n=1, value=None)
+    recs = decode_records(data)
+    assert [r[2] for r in recs.records] == [b"value-0", b"value-1", b""]
+
+
+def test_a_flipped_bit_is_a_checksum_error() -> None:
+    data = bytearray(batch(n=5))
+    data[-3] ^= 0x10
+    with pytest.raises(ChecksumError):
+        decode_records(bytes(data))
+
+
+@pytest.mark.parametrize("cut", [1, 20, 61])
+def test_a_truncated_record_set_is_malformed(cut: int) -> None:
+    with pytest.raises(MalformedError):
+        decode_records(batch()[:-cut])
+
+
+def test_old_message_formats_are_refused() -> None:
+    legacy = LegacyRecordBatchBuilder(magic=1, compression_type=0, batch_size=1 << 16)
+    legacy.append(0, timestamp=1, key=None, value=b"v")
+    with pytest.raises(MalformedError, match="magic 1"):
+        decode_records(bytes(legacy.build()))
+
+
+def test_garbage_record_sets_are_typed_errors() -> None:
+    for junk in (b"", b"\x00" * 11, b"\xff" * 80, b"\x00" * 8 + struct.pack(">i", 49) + b"\x00" * 4
+                 + b"\x02" + b"\x00" * 44):  # fmt: skip
+        with pytest.raises(MemqFormatError):
+            decode_records(junk)
+
+
+@pytest.mark.parametrize("version", range(9))
+def test_metadata_responses_of_every_version_encode_and_decode(version: int) -> None:
+    doc = {
+        "throttle_time_ms": 0,
+        "brokers": [{"node_id": 1, "host": "h", "port": 9094, "rack": None}],
+        "cluster_id": "c",
+        "controller_id": 1,
+        "topics": [{"error_code": 0, "topic": "t", "is_internal": False,
+                    "partitions": [{"error_code": 0, "partition": 0, "leader": 1,
+                                    "leader_epoch": 0, "replicas": [1], "isr": [1],
+                                    "offline_replicas": []}],
+                    "topic_authorized_operations": -(1 << 31)}],
+        "cluster_authorized_operations": -(1 << 31),
+    }  # fmt: skip
+    resp = build_response(METADATA, version, doc)
+    framed = encode_response(3, resp)
+    back = response_class(METADATA, version).decode(framed[8:])
+    assert back.topics[0][1] == "t" and back.brokers[0][2] == 9094
+
+
+def test_api_versions_answer() -> None:
+    resp = build_response(API_VERSIONS, 2, {"error_code": 0, "throttle_time_ms": 0,
+                                            "api_versions": [(0, 3, 8)]})  # fmt: skip
+    assert resp.encode() == struct.pack(">hihhhi", 0, 1, 0, 3, 8, 0)
+
+
+def test_memq_errors_map_to_kafka_codes() -> None:
+    assert kafka_error(NotWriterError("x")) == KafkaError.NOT_LEADER_OR_FOLLOWER
+    assert kafka_error(UnknownTopicError("x")) == KafkaError.UNKNOWN_TOPIC_OR_PARTITION
+    assert kafka_error(StorageError("x")) == KafkaError.KAFKA_STORAGE_ERROR
+    assert kafka_error(StorageError("x"), produce_version=3) == KafkaError.NOT_LEADER_OR_FOLLOWER
+    assert kafka_error(NotificationError("x")) == KafkaError.NOT_ENOUGH_REPLICAS
+    assert kafka_error(ThrottledError("x")) == KafkaError.REQUEST_TIMED_OUT
+    assert kafka_error(MalformedError("x")) == KafkaError.INVALID_RECORD
+    assert kafka_error(ChecksumError("x")) == KafkaError.CORRUPT_MESSAGE
+    assert kafka_error(RuntimeError("x")) == KafkaError.UNKNOWN_SERVER_ERROR
+
+
+def test_node_ids_are_stable_non_negative_int32() -> None:
+    ids = {node_id(f"broker-{i}") for i in range(1000)}
+    assert len(ids) == 1000 and all(0 <= i < 1 << 31 for i in ids)
+    assert node_id("broker-1") == node_id("broker-1")
