@@ -6,7 +6,9 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -16,6 +18,52 @@ from rich.table import Table
 from memq.cli.options import STATE_DIR, acks_value, compression_value, positive, topic_name
 
 err = Console(stderr=True)
+
+__all__ = ["field_format", "pairs", "produce", "separator", "usage_config"]
+
+
+def field_format(value: str | None) -> str | None:
+    """``raw`` or ``base64`` (None: not given), else a usage error."""
+    from memq.jsonlines import FIELD_FORMATS
+
+    if value is not None and value not in FIELD_FORMATS:
+        raise typer.BadParameter(f"{value!r} is not one of {', '.join(FIELD_FORMATS)}")
+    return value
+
+
+def separator(value: str | None) -> str | None:
+    """A key separator: not empty, no line break (lines are records)."""
+    if value is not None and (not value or "\n" in value or "\r" in value):
+        raise typer.BadParameter(f"{value!r}: use a non-empty text without line breaks")
+    return value
+
+
+def pairs(
+    values: list[str], flag: str, *, shape: str = "NAME=VALUE", strip_value: bool = False
+) -> list[tuple[str, str]]:
+    """``NAME=VALUE`` options (``-X``, ``-H``) as (name, value), in order; a missing ``=``
+    or an empty name is a usage error."""
+    out: list[tuple[str, str]] = []
+    for pair in values:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.strip():
+            raise typer.BadParameter(f"{flag} {pair!r}: use {shape}")
+        out.append((name.strip(), value.strip() if strip_value else value))
+    return out
+
+
+def usage_config(model: Any, conf: dict[str, Any]) -> Any:
+    """``model.from_mapping(conf)``, its :class:`ConfigError` (a typo'd ``-X`` key, a bad
+    value) as a one-line usage error."""
+    from memq.errors import ConfigError
+
+    try:
+        return model.from_mapping(conf)
+    except ConfigError as e:
+        text = "; ".join(line.strip() for line in str(e).splitlines() if line.strip())
+        raise typer.BadParameter(
+            text.replace(":;", ":"), param_hint="'-X' / '--property'"
+        ) from None
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -42,7 +90,31 @@ def produce(
     rate: float | None = typer.Option(
         None, callback=positive, help="Records per second (default: as fast as possible)."
     ),
-    key: str | None = typer.Option(None, help="Key for every record."),
+    key: str | None = typer.Option(None, help="Key for every record (see --key-format)."),
+    key_separator: str | None = typer.Option(
+        None,
+        "--key-separator",
+        "-K",
+        callback=separator,
+        help="Each stdin line is KEY<SEP>VALUE: the text before the first SEP is the key "
+        "(a line without SEP, or with an empty key, has no key).",
+    ),
+    key_format: str | None = typer.Option(
+        None,
+        "--key-format",
+        callback=field_format,
+        show_default="raw",
+        help="raw or base64: how --key and the keys of --key-separator are written.",
+    ),
+    value_format: str = typer.Option(
+        "raw",
+        "--value-format",
+        callback=field_format,
+        help="raw (each stdin line is a value) or base64 (each line is base64-decoded).",
+    ),
+    headers: list[str] = typer.Option(
+        [], "--header", "-H", help="Header NAME=VALUE on every record (repeatable)."
+    ),
     bootstrap: str | None = typer.Option(
         None,
         "--bootstrap-servers",
@@ -64,28 +136,57 @@ def produce(
     timeout: float = typer.Option(
         120, min=1, help="Seconds to wait for outstanding acks at the end."
     ),
+    props: list[str] = typer.Option(
+        [],
+        "--property",
+        "-X",
+        help="Producer setting KEY=VALUE (Kafka names, e.g. -X linger.ms=5 -X "
+        "ssl.ca.location=ca.pem -X auth.token=...; repeatable). Overrides the options above.",
+    ),
     state_dir: Path | None = STATE_DIR,
 ) -> None:
     """Produce records: `--count N --size BYTES` generates them, otherwise each stdin line is
-    one record. Prints a progress bar and a summary (records, MB, records/s, ack latency
-    p50/p99, where the records went, errors with the first one's message); exits 1 if any
-    record failed (a line too large for the topic is reported and skipped; the others are
-    sent)."""
+    one record (kcat-like: --key-separator splits a key off each line, --value-format
+    base64 decodes each line, -H adds headers). Prints a progress bar and a summary
+    (records, MB, records/s, ack latency p50/p99, where the records went, errors with the
+    first one's message); exits 1 if any record failed (a line too large for the topic, or
+    not base64, is reported and skipped; the others are sent)."""
     from memq.errors import MemqError
-    from memq.producer import Producer
+    from memq.jsonlines import decode_field, split_line
+    from memq.producer import Producer, ProducerConfig
 
+    if key is not None and key_separator is not None:
+        raise typer.BadParameter(
+            "--key and --key-separator: give one (a key for every record, or one per line)"
+        )
+    if count is not None and (key_separator is not None or value_format != "raw"):
+        raise typer.BadParameter(
+            "--key-separator and --value-format read stdin lines: not with --count"
+        )
+    if key_format is not None and key is None and key_separator is None:
+        raise typer.BadParameter("--key-format applies to --key or --key-separator")
+    try:
+        fixed_key = None if key is None else decode_field(key.encode(), key_format or "raw", "key")
+    except MemqError as e:
+        raise typer.BadParameter(str(e), param_hint="'--key'") from None
+    record_headers = [(n, v.encode()) for n, v in pairs(headers, "-H")] or None
     if state_dir is not None:
         os.environ["MEMQ_STATE_DIR"] = str(state_dir)
-    limit = _topic_limit(topic, bootstrap)
-    conf: dict[str, object] = {
+    conf: dict[str, Any] = {
         "acks": acks,
         "compression.type": compression,
         "linger.ms": linger_ms,
-        "batch.size": batch_size or min(limit or DEFAULT_BATCH_SIZE, MAX_BATCH_SIZE),
         "delivery.timeout.ms": int(timeout * 1000),
     }
+    if batch_size is not None:
+        conf["batch.size"] = batch_size
     if bootstrap:
         conf["bootstrap.servers"] = bootstrap
+    conf.update(pairs(props, "-X", shape="KEY=VALUE", strip_value=True))
+    cfg = usage_config(ProducerConfig, conf)  # nothing is reached before the options are good
+    limit = _topic_limit(topic, cfg)  # fails at once when no broker answers
+    conf.setdefault("batch.size", min(limit or DEFAULT_BATCH_SIZE, MAX_BATCH_SIZE))
+    acks = str(conf["acks"])
     producer = Producer(conf)
     latencies: list[float] = []
     errors: dict[str, int] = {}
@@ -125,19 +226,23 @@ def produce(
         transient=False,
     ) as progress:
         task = progress.add_task(f"produce {topic}", total=count, rate="")
-        lines = (
-            iter(range(count))
+        sep = key_separator.encode() if key_separator is not None else None
+        lines: Iterator[bytes] = (
+            (payload for _ in range(count))
             if count is not None
             else (ln.rstrip(b"\r\n") for ln in sys.stdin.buffer)
         )
-        for item in lines:
-            value = payload if count is not None else item
-            assert isinstance(value, bytes)
+        for line in lines:
             sent += 1
-            try:
-                producer.produce(topic, value, key=key, on_delivery=delivered)
-            except MemqError as e:  # too large for a block, buffer full: this record only
-                failed(e, f"record {sent:,} ({len(value):,} bytes): ")
+            try:  # too large for a block, not base64, buffer full: this record only
+                if sep is None:  # generated, or a value per line (raw or base64)
+                    k, value = fixed_key, decode_field(line, value_format)
+                else:
+                    fmt = key_format or "raw"
+                    k, value = split_line(line, sep, key_format=fmt, value_format=value_format)
+                producer.produce(topic, value, key=k, headers=record_headers, on_delivery=delivered)
+            except MemqError as e:
+                failed(e, f"record {sent:,} ({len(line):,} bytes): ")
                 continue
             nbytes += len(value)
             if rate:
@@ -179,18 +284,18 @@ def produce(
         raise typer.Exit(1)
 
 
-def _topic_limit(topic: str, bootstrap: str | None) -> int | None:
-    """The topic's largest block (None: it does not exist yet); fails at once, naming
-    each broker and why, when no broker answers."""
-    from memq.client.bootstrap import fetch_metadata, resolve_client, split_servers
-    from memq.config import SecureClientConfig
+def _topic_limit(topic: str, cfg: Any) -> int | None:
+    """The topic's largest block (None: it does not exist yet), asked with the producer's
+    brokers and security (``cfg``: a ProducerConfig); fails at once, naming each broker and
+    why, when no broker answers."""
+    from memq.client.bootstrap import fetch_metadata, resolve_client
     from memq.errors import ConnectionLostError, MemqError
 
-    sec, endpoints = resolve_client(SecureClientConfig(), split_servers(bootstrap))
+    sec, endpoints = resolve_client(cfg, cfg.bootstrap_list())
     try:
         meta = fetch_metadata(endpoints.bootstrap, [topic], security=sec.security())
     except ConnectionLostError as e:
-        hint = "" if bootstrap else " (is the local stack up? `memq dev status`)"
+        hint = "" if cfg.bootstrap_servers else " (is the local stack up? `memq dev status`)"
         raise MemqError(f"{e}{hint}") from None
     tmeta = meta.topics.get(topic)
     if tmeta is None or tmeta.error or not tmeta.max_block_bytes:

@@ -137,6 +137,41 @@ KITCHEN_SINK: dict[str, Any] = deep_merge(
         "metrics": {"podAnnotations": False, "serviceMonitor": {"enabled": True}},
     },
 )
+#: TLS + tokens + ACLs + a secured auditor, SASL_SSL Kafka and a private-CA S3 store.
+SECURE: dict[str, Any] = {
+    **TOPICS,
+    "tls": {"enabled": True, "secretName": "memq-tls", "caKey": "ca.crt", "clientAuth": "optional"},
+    "auth": {
+        "enabled": True,
+        "tokenSecret": {"name": "memq-auth", "key": "signing-secret"},
+        "superusers": ["ops"],
+        "adminTokenSecret": {"name": "memq-admin-token", "key": "token"},
+        "acls": [
+            {"principal": "analytics", "topic": "logs.*", "ops": ["consume"]},
+            {"principal": "ingest", "topic": "events", "ops": ["produce", "consume"]},
+        ],
+    },
+    "auditor": {"tls": {"enabled": True}, "auth": {"enabled": True}},
+    "kafka": {
+        "producer": {"linger.ms": 5, "security.protocol": "PLAINTEXT"},  # security wins
+        "security": {
+            "protocol": "SASL_SSL",
+            "saslMechanism": "SCRAM-SHA-512",
+            "saslSecret": {"name": "kafka-memq", "usernameKey": "user", "passwordKey": "pass"},
+            "caSecret": {"name": "kafka-ca", "key": "ca.pem"},
+        },
+    },
+    "s3": {"endpointUrl": "https://minio.storage.svc:9000", "caBundle": {"name": "minio-ca"}},
+    "metrics": {"serviceMonitor": {"enabled": True}},
+}
+#: Mutual TLS required, nothing but certificates (the admin Jobs cannot run: off).
+MTLS_REQUIRED: dict[str, Any] = {
+    "tls": {"enabled": True, "secretName": "memq-tls", "caKey": "ca.crt", "clientAuth": "required"},
+    "auth": {"enabled": True, "superusers": ["ops"]},
+    "auditor": {"tls": {"enabled": True, "clientAuth": "required"}},
+    "retention": {"enabled": False},
+    "metrics": {"serviceMonitor": {"enabled": True}},
+}
 VALUE_SETS: dict[str, dict[str, Any]] = {
     "defaults": {},
     "auditor-off": {"auditor": {"enabled": False}},
@@ -153,6 +188,8 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         "serviceAccount": {"create": False, "name": "shared"},
     },
     "kitchen-sink": KITCHEN_SINK,
+    "secure": SECURE,
+    "mtls-required": MTLS_REQUIRED,
 }
 
 
@@ -928,3 +965,504 @@ def test_topic_defaults_retention_reaches_the_broker_config():
     forever = broker_config(render({"topicDefaults": {"retention": {"ms": -1}}})).topic_defaults
     assert forever is not None and forever.retention.ms is None
     assert forever.storage.s3 is not None and forever.storage.s3.object_tags == {}
+
+
+# --- TLS, authentication, ACLs, Kafka and S3 client security ------------------------------
+
+
+def container_volumes(
+    spec: dict[str, Any], container: dict[str, Any]
+) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
+    """mountPath -> (volumeMount, volume) of one container of a pod spec."""
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    return {m["mountPath"]: (m, volumes[m["name"]]) for m in container.get("volumeMounts", [])}
+
+
+def secret_file(spec: dict[str, Any], container: dict[str, Any], path: str) -> tuple[str, str]:
+    """(Secret name, key) that ``path`` is in this container: the file must be an item of
+    a Secret volume mounted read-only."""
+    for mount_path, (mount, volume) in container_volumes(spec, container).items():
+        if path.startswith(mount_path + "/"):
+            assert mount.get("readOnly") is True, f"{mount_path} is writable"
+            secret = volume["secret"]
+            assert secret["defaultMode"] == 0o440  # owner and fsGroup read, nobody writes
+            items = {i["path"]: i["key"] for i in secret["items"]}
+            return secret["secretName"], items[path.removeprefix(mount_path + "/")]
+    raise AssertionError(f"{path} is on no volume of {container['name']}")
+
+
+def auditor_parts(rel: Release) -> tuple[dict[str, Any], dict[str, Any]]:
+    spec = rel.one("Deployment", AUDITOR)["spec"]["template"]["spec"]
+    return spec, spec["containers"][0]
+
+
+def test_secure_broker_config_points_at_the_mounted_secrets(releases):
+    rel = releases["secure"]
+    spec = rel.one("StatefulSet")["spec"]["template"]["spec"]
+    c = broker_container(rel)
+    # The broker's own validator, with the SASL overrides the kubelet would set from the
+    # Secret (their names are the config's override paths).
+    env = resolve_env(c, {"metadata.name": f"{FULLNAME}-0"})
+    env["MEMQ__TOPIC_DEFAULTS__NOTIFICATION__PRODUCER__SASL.USERNAME"] = "memq"
+    env["MEMQ__TOPIC_DEFAULTS__NOTIFICATION__PRODUCER__SASL.PASSWORD"] = "s3cr3t-Pw"
+    env.pop("AWS_CA_BUNDLE")
+    cfg = broker_config(rel, env)
+    assert cfg.tls is not None and cfg.auth is not None
+    assert cfg.tls.client_auth == "optional"
+    assert secret_file(spec, c, str(cfg.tls.cert_file)) == ("memq-tls", "tls.crt")
+    assert secret_file(spec, c, str(cfg.tls.key_file)) == ("memq-tls", "tls.key")
+    assert secret_file(spec, c, str(cfg.tls.ca_file)) == ("memq-tls", "ca.crt")
+    assert cfg.auth.enabled and cfg.auth.mtls_identity and cfg.auth.superusers == ["ops"]
+    assert cfg.auth.token_secret is None  # the secret is a file, never a config value
+    assert secret_file(spec, c, str(cfg.auth.token_secret_file)) == ("memq-auth", "signing-secret")
+    assert cfg.auth.acls == []  # clustered brokers keep ACLs in ZooKeeper (the ACL Job)
+    d = cfg.topic_defaults
+    assert d is not None and d.storage.s3 is not None
+    producer = d.notification.producer
+    assert producer == {
+        "linger.ms": 5,
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanisms": "SCRAM-SHA-512",
+        "ssl.ca.location": "/etc/memq-kafka-ca/ca.crt",
+        "sasl.username": "memq",
+        "sasl.password": "s3cr3t-Pw",
+    }
+    assert secret_file(spec, c, str(producer["ssl.ca.location"])) == ("kafka-ca", "ca.pem")
+    envs = container_env(c)
+    for name, key in (("USERNAME", "user"), ("PASSWORD", "pass")):
+        ref = envs[f"MEMQ__TOPIC_DEFAULTS__NOTIFICATION__PRODUCER__SASL.{name}"]["valueFrom"]
+        assert ref == {"secretKeyRef": {"name": "kafka-memq", "key": key}}
+    # S3: the endpoint in the config, the private CA for boto3 from its Secret.
+    assert d.storage.s3.endpoint_url == "https://minio.storage.svc:9000"
+    assert envs["AWS_CA_BUNDLE"]["value"] == "/etc/memq-s3-ca/ca.crt"
+    assert secret_file(spec, c, "/etc/memq-s3-ca/ca.crt") == ("minio-ca", "ca.crt")
+
+
+def test_secure_auditor_config_reuses_the_brokers_secrets(releases):
+    from memq.audit.config import load_auditor_config
+
+    rel = releases["secure"]
+    spec, c = auditor_parts(rel)
+    data = yaml.safe_load(rel.one("ConfigMap", AUDITOR)["data"]["auditor.yaml"])
+    cfg = load_auditor_config(
+        data=data,
+        env={
+            "MEMQ_AUDITOR__KAFKA__CONSUMER__SASL.USERNAME": "memq",
+            "MEMQ_AUDITOR__KAFKA__CONSUMER__SASL.PASSWORD": "pw",
+        },
+    )
+    assert cfg.tls is not None and cfg.auth is not None and cfg.auth.enabled
+    assert cfg.tls.client_auth == "none"
+    assert secret_file(spec, c, str(cfg.tls.cert_file)) == ("memq-tls", "tls.crt")
+    assert secret_file(spec, c, str(cfg.tls.key_file)) == ("memq-tls", "tls.key")
+    assert secret_file(spec, c, str(cfg.auth.token_secret_file)) == ("memq-auth", "signing-secret")
+    assert cfg.kafka.consumer == {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanisms": "SCRAM-SHA-512",
+        "ssl.ca.location": "/etc/memq-kafka-ca/ca.crt",
+        "sasl.username": "memq",
+        "sasl.password": "pw",
+    }
+    assert secret_file(spec, c, "/etc/memq-kafka-ca/ca.crt") == ("kafka-ca", "ca.pem")
+    refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in c["env"]}
+    assert refs == {
+        "MEMQ_AUDITOR__KAFKA__CONSUMER__SASL.USERNAME": {"name": "kafka-memq", "key": "user"},
+        "MEMQ_AUDITOR__KAFKA__CONSUMER__SASL.PASSWORD": {"name": "kafka-memq", "key": "pass"},
+    }
+    assert "https://127.0.0.1:8080/?token=<token>" in rel.notes
+
+
+def test_plain_install_has_no_security_volumes_or_sections(releases):
+    rel = releases["defaults"]
+    cfg = broker_config(rel)
+    assert cfg.tls is None and cfg.auth is None
+    for spec in pod_specs(rel):
+        assert {v["name"] for v in spec["volumes"]} <= {"config", "tmp", "data"}
+    for cm in rel.all("ConfigMap"):
+        assert "tls" not in yaml.safe_load(next(iter(cm["data"].values())))
+
+
+def test_probes_use_https_with_tls(releases):
+    c = broker_container(releases["secure"])
+    for probe, path in (("startupProbe", "/healthz"), ("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):  # fmt: skip
+        assert c[probe]["httpGet"] == {"path": path, "port": "http", "scheme": "HTTPS"}
+    _, a = auditor_parts(releases["secure"])
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert a[probe]["httpGet"] == {"path": "/healthz", "port": "http", "scheme": "HTTPS"}
+    assert "scheme" not in broker_container(releases["defaults"])["livenessProbe"]["httpGet"]
+
+
+def test_required_client_certificates_probe_from_inside_the_pod(releases):
+    # The kubelet has no client certificate: with clientAuth required the probes run in the
+    # pod and present the server's own certificate.
+    rel = releases["mtls-required"]
+    c = broker_container(rel)
+    spec = rel.one("StatefulSet")["spec"]["template"]["spec"]
+    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+        assert "httpGet" not in c[probe]
+        cmd = c[probe]["exec"]["command"]
+        assert cmd[:2] == ["python", "-c"] and f"https://127.0.0.1:9093{path}" in cmd[2]
+        for f in ("/etc/memq-tls/tls.crt", "/etc/memq-tls/tls.key"):
+            assert f in cmd[2] and secret_file(spec, c, f)[0] == "memq-tls"
+    cfg = broker_config(rel)
+    assert cfg.tls is not None and cfg.tls.client_auth == "required"
+    assert cfg.auth is not None and cfg.auth.token_secret_file is None  # certificates only
+    _, a = auditor_parts(rel)
+    assert "https://127.0.0.1:8080/healthz" in a["readinessProbe"]["exec"]["command"][2]
+    assert "Job" not in rel.kinds() and "CronJob" not in rel.kinds()
+
+
+def _pod_pki(directory: Any) -> tuple[str, str, str]:
+    """(ca.crt, tls.crt, tls.key): a CA and one certificate for 127.0.0.1 valid for both
+    server and client auth (cert-manager: usages [server auth, client auth])."""
+    import datetime as dt
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    def name(cn: str) -> x509.Name:
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+
+    now = dt.datetime.now(dt.UTC)
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(name("test CA"))
+        .issuer_name(name("test CA"))
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    usages = [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name("memq-0"))
+        .issuer_name(ca.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    files = (directory / "ca.crt", directory / "tls.crt", directory / "tls.key")
+    files[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    files[1].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    files[2].write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return str(files[0]), str(files[1]), str(files[2])
+
+
+def test_the_exec_probe_passes_a_server_requiring_client_certificates(releases, tmp_path):
+    """Run the rendered probe command against a real TLS server with client_auth required
+    (memq.security.server_context, as the broker's HTTP port), with a certificate valid
+    for both server and client auth (cert-manager: usages [server auth, client auth])."""
+    import http.server
+    import subprocess
+    import sys
+    import threading
+
+    from memq.security import TlsConfig, server_context
+
+    ca_file, crt, key = _pod_pki(tmp_path)
+    status = {"code": 200}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(status["code"] if self.path == "/readyz" else 404)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    tls = TlsConfig(cert_file=crt, key_file=key, ca_file=ca_file, client_auth="required")
+    server.socket = server_context(tls).wrap_socket(server.socket, server_side=True)
+    server.handle_error = lambda *a: None  # type: ignore[method-assign]
+    port = server.server_address[1]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        cmd = broker_container(releases["mtls-required"])["readinessProbe"]["exec"]["command"]
+        script = cmd[2].replace("/etc/memq-tls", str(tmp_path)).replace(":9093/", f":{port}/")
+
+        def probe(code: str) -> int:
+            run = subprocess.run(
+                [sys.executable, "-c", code], capture_output=True, timeout=60, check=False
+            )
+            return run.returncode
+
+        assert probe(script) == 0
+        status["code"] = 503  # draining
+        assert probe(script) != 0
+        status["code"] = 200
+        # Without a client certificate (what an httpGet probe would do) the handshake fails.
+        assert probe(script.replace("c.load_cert_chain(", "(lambda *a: None)(")) != 0
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_service_monitors_scrape_https_and_verify_the_brokers(releases):
+    rel = releases["secure"]
+    ep = rel.one("ServiceMonitor", f"{FULLNAME}-broker")["spec"]["endpoints"][0]
+    assert ep["scheme"] == "https" and ep["path"] == "/metrics"
+    assert ep["tlsConfig"] == {
+        "ca": {"secret": {"name": "memq-tls", "key": "ca.crt"}},
+        "serverName": f"{FULLNAME}.{NAMESPACE}.svc.cluster.local",
+    }
+    ep = rel.one("ServiceMonitor", AUDITOR)["spec"]["endpoints"][0]
+    assert ep["scheme"] == "https"
+    assert ep["tlsConfig"]["serverName"] == f"{AUDITOR}.{NAMESPACE}.svc.cluster.local"
+    plain = releases["service-monitor"].one("ServiceMonitor", f"{FULLNAME}-broker")
+    assert "scheme" not in plain["spec"]["endpoints"][0]
+    # A client certificate for clientAuth required is merged in.
+    client = {"cert": {"secret": {"name": "prom-client", "key": "tls.crt"}},
+              "keySecret": {"name": "prom-client", "key": "tls.key"}}  # fmt: skip
+    rel = render(deep_merge(MTLS_REQUIRED, {"metrics": {"serviceMonitor": {"tlsConfig": client}}}))
+    cfg = rel.one("ServiceMonitor", f"{FULLNAME}-broker")["spec"]["endpoints"][0]["tlsConfig"]
+    assert cfg["keySecret"] == client["keySecret"] and cfg["ca"]["secret"]["name"] == "memq-tls"
+
+
+def test_admin_jobs_get_the_ca_and_a_superuser_token_never_the_key(releases):
+    rel = releases["secure"]
+    jobs = {j["metadata"]["name"]: j for j in rel.all("Job")}
+    assert set(jobs) == {f"{FULLNAME}-topics", f"{FULLNAME}-acls"}
+    acl_job = jobs[f"{FULLNAME}-acls"]
+    assert acl_job["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
+    acl_spec = acl_job["spec"]["template"]["spec"]
+    assert [c["command"] for c in acl_spec["initContainers"]] == [
+        ["memq", "acl", "add", "--principal", "analytics", "--topic", "logs.*",
+         "--op", "consume", "--bootstrap-servers", BOOTSTRAP],
+        ["memq", "acl", "add", "--principal", "ingest", "--topic", "events",
+         "--op", "produce", "--op", "consume", "--bootstrap-servers", BOOTSTRAP],
+    ]  # fmt: skip
+    cron_spec = rel.one("CronJob")["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    topic_spec = jobs[f"{FULLNAME}-topics"]["spec"]["template"]["spec"]
+    checked = 0
+    for spec in (acl_spec, topic_spec, cron_spec):
+        for c in spec.get("initContainers", []) + spec["containers"]:
+            if c["name"] == "done":
+                continue
+            env = container_env(c)
+            assert env["MEMQ_SSL_CA_LOCATION"]["value"] == "/etc/memq-tls/ca.crt"
+            assert env["MEMQ_AUTH_TOKEN"]["valueFrom"] == {
+                "secretKeyRef": {"name": "memq-admin-token", "key": "token"}
+            }
+            assert secret_file(spec, c, "/etc/memq-tls/ca.crt") == ("memq-tls", "ca.crt")
+            checked += 1
+        tls_ca = next(v for v in spec["volumes"] if v["name"] == "tls-ca")
+        assert tls_ca["secret"]["items"] == [{"key": "ca.crt", "path": "ca.crt"}]  # no tls.key
+    assert checked == 2 + 3 + 1
+    # TLS with a public CA (no caKey): the image's system CAs.
+    rel = render({**TOPICS, "tls": {"enabled": True, "secretName": "memq-tls"}})
+    c = rel.one("Job")["spec"]["template"]["spec"]["initContainers"][0]
+    assert container_env(c)["MEMQ_SSL_CA_LOCATION"]["value"] == "/etc/ssl/certs/ca-certificates.crt"
+    assert "MEMQ_AUTH_TOKEN" not in container_env(c)
+
+
+def test_retention_job_reads_kafka_with_the_chart_security(releases):
+    rel = releases["secure"]
+    c = retention_container(rel)
+    spec = rel.one("CronJob")["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    options = [c["command"][i + 1] for i, a in enumerate(c["command"]) if a == "--kafka-option"]
+    assert options == [
+        "sasl.mechanisms=SCRAM-SHA-512",
+        "security.protocol=SASL_SSL",
+        "ssl.ca.location=/etc/memq-kafka-ca/ca.crt",
+        # Expanded by the kubelet from the env below: the manifest holds no secret.
+        "sasl.username=$(MEMQ_KAFKA_SASL_USERNAME)",
+        "sasl.password=$(MEMQ_KAFKA_SASL_PASSWORD)",
+    ]
+    env = container_env(c)
+    assert env["MEMQ_KAFKA_SASL_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "kafka-memq", "key": "pass"}  # fmt: skip
+    assert "MEMQ_KAFKA_SASL_USERNAME" in env  # $(VAR) in the command expands only defined vars
+    assert secret_file(spec, c, "/etc/memq-kafka-ca/ca.crt") == ("kafka-ca", "ca.pem")
+    assert env["AWS_CA_BUNDLE"]["value"] == "/etc/memq-s3-ca/ca.crt"
+    assert secret_file(spec, c, "/etc/memq-s3-ca/ca.crt") == ("minio-ca", "ca.crt")
+
+
+def test_no_secret_value_is_in_any_configmap_or_literal_env(releases):
+    secret_words = ("password", "sasl.username", "token_secret:", "secretkeyref", "memq_auth_token")
+    for key in ("secure", "mtls-required"):
+        rel = releases[key]
+        assert "Secret" not in rel.kinds()
+        for cm in rel.all("ConfigMap"):
+            text = yaml.safe_dump(cm["data"]).lower()
+            assert not [w for w in secret_words if w in text], (key, cm["metadata"]["name"])
+        for spec in pod_specs(rel):
+            for c in spec.get("initContainers", []) + spec["containers"]:
+                for e in c.get("env", []):
+                    if any(w in e["name"] for w in ("PASSWORD", "TOKEN", "SECRET", "USERNAME")):
+                        assert "value" not in e and "secretKeyRef" in e["valueFrom"], e
+    # The loaded configs hold no secret either: only paths of mounted files.
+    cfg = broker_config(releases["secure"])
+    assert cfg.auth is not None and cfg.auth.token_secret is None
+    d = cfg.topic_defaults
+    assert d is not None and d.storage.s3 is not None and d.storage.s3.secret_access_key is None
+
+
+def test_security_changes_roll_the_brokers():
+    def checksum(values):
+        sts = render(values).one("StatefulSet")
+        return sts["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+
+    base = checksum({})
+    assert checksum({"tls": {"enabled": True, "secretName": "memq-tls"}}) != base
+    assert checksum({"kafka": {"security": {"protocol": "SSL"}}}) != base
+
+
+SECURE_BASE = {"tls": {"enabled": True, "secretName": "memq-tls", "caKey": "ca.crt"}}
+BAD_SECURITY = {
+    "clientAuth required without a CA": (
+        {"tls": {"enabled": True, "secretName": "memq-tls", "clientAuth": "required"}},
+        "tls.clientAuth=required needs the CA of client certificates: set tls.caKey",
+    ),
+    "clientAuth without TLS": (
+        {"tls": {"clientAuth": "optional", "caKey": "ca.crt"}},
+        "tls.clientAuth=optional needs tls.enabled=true",
+    ),
+    "TLS without a Secret": ({"tls": {"enabled": True}}, "tls.enabled needs tls.secretName"),
+    "auth without tokens or mTLS": (
+        {**SECURE_BASE, "auth": {"enabled": True}, "retention": {"enabled": False}},
+        "auth.enabled needs a way to authenticate: auth.tokenSecret.name",
+    ),
+    "auth with mTLS identities off": (
+        deep_merge(
+            MTLS_REQUIRED, {"tls": {"clientAuth": "optional"}, "auth": {"mtlsIdentity": False}}
+        ),
+        "auth.enabled needs a way to authenticate",
+    ),
+    "auth without an admin token for the Jobs": (
+        {"auth": {"enabled": True, "tokenSecret": {"name": "memq-auth"}}},
+        "auth.enabled: the retention CronJob (retention.enabled) must authenticate: set "
+        "auth.adminTokenSecret.name",
+    ),
+    "admin token without the signing secret": (
+        deep_merge(
+            MTLS_REQUIRED,
+            {"tls": {"clientAuth": "optional"}, "auth": {"adminTokenSecret": {"name": "t"}}},
+        ),
+        "auth.adminTokenSecret holds a token",
+    ),
+    "clientAuth required with the admin Jobs": (
+        {
+            "tls": {
+                "enabled": True,
+                "secretName": "memq-tls",
+                "caKey": "ca.crt",
+                "clientAuth": "required",
+            },
+            **TOPICS,
+        },
+        "tls.clientAuth=required: the topics Job (topics), the retention CronJob "
+        "(retention.enabled) would fail",
+    ),
+    "ACLs without auth": (
+        {"auth": {"acls": [{"principal": "a", "topic": "t", "ops": ["produce"]}]}},
+        "auth.acls needs auth.enabled=true",
+    ),
+    "auditor TLS without a Secret": (
+        {"auditor": {"tls": {"enabled": True}}},
+        "auditor.tls.enabled needs tls.secretName",
+    ),
+    "auditor auth without the signing secret": (
+        {"auditor": {"auth": {"enabled": True}}},
+        "auditor.auth.enabled needs auth.tokenSecret.name",
+    ),
+    "SASL secret without a SASL protocol": (
+        {"kafka": {"security": {"protocol": "SSL", "saslSecret": {"name": "k"}}}},
+        'need protocol SASL_SSL or SASL_PLAINTEXT, not "SSL"',
+    ),
+    "Kafka CA without TLS to Kafka": (
+        {"kafka": {"security": {"caSecret": {"name": "k"}}}},
+        "kafka.security.caSecret is for TLS to Kafka",
+    ),
+}
+
+
+@pytest.mark.parametrize(("values", "message"), BAD_SECURITY.values(), ids=list(BAD_SECURITY))
+def test_security_combinations_that_cannot_work_fail_the_render(values, message):
+    with pytest.raises(helm_python.HelmError) as err:
+        render(values)
+    assert message in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("values", "where"),
+    [
+        ({"tls": {"clientAuth": "always"}}, "at '/tls/clientAuth': value must be one of"),
+        ({"tls": {"secret": "x"}}, "at '/tls': additional properties 'secret' not allowed"),
+        (
+            {"auth": {"acls": [{"principal": "a", "topic": "t", "ops": ["write"]}]}},
+            "at '/auth/acls/0/ops/0': value must be one of 'produce', 'consume', 'admin'",
+        ),
+        (
+            {"auth": {"acls": [{"principal": "a", "topic": "bad topic", "ops": ["produce"]}]}},
+            "at '/auth/acls/0/topic'",
+        ),
+        ({"kafka": {"security": {"protocol": "sasl_ssl"}}}, "at '/kafka/security/protocol'"),
+        ({"auditor": {"tls": {"enable": True}}}, "additional properties 'enable' not allowed"),
+        ({"s3": {"caBundle": {"name": "Bad_Name"}}}, "at '/s3/caBundle/name'"),
+    ],
+    ids=[
+        "clientAuth enum",
+        "tls typo",
+        "acl op",
+        "acl topic",
+        "kafka protocol",
+        "auditor typo",
+        "secret name",
+    ],
+)
+def test_schema_rejects_bad_security_values(values, where):
+    with pytest.raises(helm_python.HelmValuesError) as err:
+        render(values)
+    assert where in str(err.value)
+
+
+def test_the_guides_secure_install_renders_and_its_certificate_names_the_services():
+    import re
+    import textwrap
+    from pathlib import Path
+
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    found = [textwrap.dedent(b) for b in re.findall(r"```yaml\n(.*?)```", guide, re.S)]
+    docs = [yaml.safe_load(b) for b in found]
+    blocks = {b.splitlines()[0]: b for b in found}
+    prod = yaml.safe_load(blocks["# values-prod.yaml"])
+    secure = yaml.safe_load(blocks["# values-secure.yaml"])
+    assert "helm upgrade --install memq ./helm/memq -n streaming -f values-prod.yaml -f values-secure.yaml" in guide  # fmt: skip
+    rel = render(deep_merge(prod, secure), required=False, name="memq")
+    for obj in rel.objects:
+        if obj["kind"] not in SCHEMALESS_KINDS:
+            validate_strict(obj)
+    cm = rel.one("ConfigMap", "memq-broker")
+    cfg = load_broker_config(data=yaml.safe_load(cm["data"]["broker.yaml"]), env={})
+    assert cfg.tls is not None and cfg.tls.client_auth == "optional"
+    assert cfg.auth is not None and cfg.auth.superusers == ["ops"]
+    assert {j["metadata"]["name"] for j in rel.all("Job")} == {"memq-topics", "memq-acls"}
+    # The Certificate's names are the ones clients and the ServiceMonitors use.
+    (cert,) = [d for d in docs if isinstance(d, dict) and d.get("kind") == "Certificate"]
+    assert cert["spec"]["secretName"] == secure["tls"]["secretName"]
+    names = cert["spec"]["dnsNames"]
+    for sm in rel.all("ServiceMonitor"):
+        assert sm["spec"]["endpoints"][0]["tlsConfig"]["serverName"] in names
+    sts = rel.one("StatefulSet", "memq")
+    host = container_env(sts["spec"]["template"]["spec"]["containers"][0])["MEMQ__ADVERTISED_HOST"]
+    assert host["value"].replace("$(POD_NAME)", "*") in names
