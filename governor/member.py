@@ -452,14 +452,14 @@ class ClusterMember:
         if self.zk.exists(self.layout.topic(name)) is None:  # its notification topic first
             sync_notification_retention(cfg, self.config.cluster)
         try:
-            self.zk.create(self.layout.topic(name), dumps(cfg), makepath=True)
+            self.zk.create(self.layout.topic(name), dumps(cfg.without_secrets()), makepath=True)
         except NodeExistsError:
             if not if_not_exists:
                 raise TopicExistsError(f"topic {name!r} already exists") from None
             data, _ = read_json(self.zk, self.layout.topic(name))
             return TopicConfig.model_validate(data)
         log.info("topic %s created", name)
-        return cfg
+        return cfg.without_secrets()
 
     def _update(self, name: str, settings: dict[str, Any]) -> TopicConfig:
         from kazoo.exceptions import BadVersionError
@@ -475,14 +475,16 @@ class ClusterMember:
             )
         except ConfigError as e:
             raise InvalidRequestError(str(e)) from None
-        # Kafka first (raises if it refuses): never store what Kafka does not apply.
-        grow_partitions(cfg, self.config.cluster, before)
-        sync_notification_retention(cfg, self.config.cluster, before)
+        # Kafka first (raises if it refuses): never store what Kafka does not apply. The
+        # Kafka client secrets are this broker's own (ZooKeeper holds none).
+        live = cfg.with_secrets_from(self.config.topic_defaults)
+        grow_partitions(live, self.config.cluster, before)
+        sync_notification_retention(live, self.config.cluster, before)
         try:
-            self.zk.set(self.layout.topic(name), dumps(cfg), version=stat.version)
+            self.zk.set(self.layout.topic(name), dumps(cfg.without_secrets()), version=stat.version)
         except BadVersionError:
             raise CoordinationError(f"topic {name!r} changed concurrently: retry") from None
-        return cfg
+        return cfg.without_secrets()
 
     def _delete(self, name: str) -> None:
         from kazoo.exceptions import NoNodeError

@@ -230,7 +230,10 @@ class BrokerServer:
                 f"memory_limit_bytes ({self.pool.limit}): lower batch.bytes or raise the limit"
             )
         loop = asyncio.get_running_loop()
-        sink = self.sink_for(cfg.notification)
+        # Clients are built with this broker's own secrets (a clustered topic's config,
+        # from ZooKeeper, holds none); the processor keeps the config as given.
+        live = cfg.with_secrets_from(self.config.topic_defaults)
+        sink = self.sink_for(live.notification)
         ensure = getattr(sink, "ensure_topic", None)
         if ensure is not None:  # with this topic's partitions and retention (not the sink's)
             await loop.run_in_executor(
@@ -238,13 +241,13 @@ class BrokerServer:
                 functools.partial(
                     ensure,
                     cfg.notification_topic(self.config.cluster),
-                    cfg.notification,
+                    live.notification,
                     cfg.retention.notification_ms,
                 ),
             )
         if cfg.name in self.processors:  # started meanwhile (while we awaited above)
             return self.processors[cfg.name]
-        writer = self._writer_for(cfg)
+        writer = self._writer_for(live)
         proc = TopicProcessor(
             cfg,
             cluster=self.config.cluster,

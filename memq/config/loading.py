@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -38,8 +39,15 @@ def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, An
     return out
 
 
+#: Keys whose values are secrets: taken as the literal string (a password "0123" or "yes"
+#: must not become a number or a boolean), and never stored outside the broker's own
+#: config (see memq.config.topic.without_secrets).
+SECRET_KEY = re.compile(r"(password|secret|token)", re.IGNORECASE)
+
+
 def env_overrides(env: Mapping[str, str], prefix: str = "MEMQ__") -> dict[str, Any]:
-    """``MEMQ__A__B=v`` -> ``{"a": {"b": v}}`` with ``v`` parsed as a YAML scalar."""
+    """``MEMQ__A__B=v`` -> ``{"a": {"b": v}}`` with ``v`` parsed as a YAML scalar (a
+    secret's value, by its key's name, stays the literal string)."""
     out: dict[str, Any] = {}
     for key, raw in env.items():
         if not key.startswith(prefix):
@@ -47,10 +55,13 @@ def env_overrides(env: Mapping[str, str], prefix: str = "MEMQ__") -> dict[str, A
         path = [p.lower() for p in key[len(prefix) :].split("__") if p]
         if not path:
             continue
-        try:
-            value = yaml.safe_load(raw) if raw != "" else ""
-        except yaml.YAMLError:
-            value = raw
+        if SECRET_KEY.search(path[-1]):
+            value: Any = raw
+        else:
+            try:
+                value = yaml.safe_load(raw) if raw != "" else ""
+            except yaml.YAMLError:
+                value = raw
         node = out
         for p in path[:-1]:
             node = node.setdefault(p, {})

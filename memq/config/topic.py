@@ -7,6 +7,7 @@ from typing import Any
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from memq.config.base import NAME, FrozenModel, MiB
+from memq.config.loading import SECRET_KEY
 from memq.config.storage import StorageConfig
 from memq.retention import DEFAULT_RETENTION_MS, notification_retention_ms, retention_tags
 
@@ -146,3 +147,44 @@ class TopicConfig(TopicSettings):
 
     def notification_topic(self, cluster: str) -> str:
         return self.notification.topic_for(cluster, self.name)
+
+    def without_secrets(self) -> TopicConfig:
+        """This config as it may be stored and shown (ZooKeeper, admin answers): no
+        Kafka client passwords, no static S3 keys. Each broker fills them back from its
+        own config (:meth:`with_secrets_from`)."""
+        n = self.notification
+        producer = {k: v for k, v in n.producer.items() if not SECRET_KEY.search(k)}
+        update: dict[str, Any] = {}
+        if producer != n.producer:
+            update["notification"] = n.model_copy(update={"producer": producer})
+        s3 = self.storage.s3
+        if s3 is not None and (s3.secret_access_key is not None or s3.access_key_id):
+            update["storage"] = self.storage.model_copy(
+                update={
+                    "s3": s3.model_copy(update={"access_key_id": None, "secret_access_key": None})
+                }
+            )
+        return self.model_copy(update=update) if update else self
+
+    def with_secrets_from(self, defaults: TopicSettings | None) -> TopicConfig:
+        """This config with the secrets :meth:`without_secrets` removed, taken from this
+        broker's own ``topic_defaults`` (where operators put them, e.g. through
+        ``MEMQ__TOPIC_DEFAULTS__NOTIFICATION__PRODUCER__SASL.PASSWORD``)."""
+        if defaults is None:
+            return self
+        update: dict[str, Any] = {}
+        secrets = {k: v for k, v in defaults.notification.producer.items() if SECRET_KEY.search(k)}
+        missing = {k: v for k, v in secrets.items() if k not in self.notification.producer}
+        if missing:
+            producer = {**self.notification.producer, **missing}
+            update["notification"] = self.notification.model_copy(update={"producer": producer})
+        s3, own = self.storage.s3, defaults.storage.s3
+        if (
+            s3 is not None
+            and own is not None
+            and s3.secret_access_key is None
+            and own.secret_access_key
+        ):
+            keys = {"access_key_id": own.access_key_id, "secret_access_key": own.secret_access_key}
+            update["storage"] = self.storage.model_copy(update={"s3": s3.model_copy(update=keys)})
+        return self.model_copy(update=update) if update else self

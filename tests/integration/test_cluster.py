@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import signal
 import threading
@@ -484,3 +485,36 @@ def test_growing_read_partitions_takes_effect_or_fails_loudly(
     else:  # a Kafka that can: applied there and stored
         assert describe_topic(memq_stack.kafka_bootstrap, nt).partitions == 4
         assert admin.describe_topic(topic)["notification"]["partitions"] == 4
+
+
+def test_kafka_client_secrets_never_reach_zookeeper_or_admin_answers(
+    memq_stack: StackState, s3_bucket: str, chroot: str, unique_name: Any
+) -> None:
+    """A SASL password in the brokers' topic defaults (as the chart's env override puts it)
+    is used by each broker for its Kafka clients but is neither stored in ZooKeeper nor
+    returned by topic create/describe; the topic works."""
+    from kazoo.client import KazooClient
+
+    secret = f"pw-{uuid.uuid4().hex}"
+    cfg = cluster_config(
+        memq_stack, s3_bucket, memq_stack.zk_connect, chroot, "sec1",
+        topic_overrides={"notification": {"bootstrap_servers": memq_stack.kafka_bootstrap,
+                                          "partitions": 1, "producer": {"sasl.password": secret}}},
+    )  # fmt: skip
+    with BrokerThread(cfg) as b:
+        admin = AdminClient([b.address])
+        topic = unique_name("sec")
+        answer = admin.create_topic(topic, {"min_writers": 1})
+        assert secret not in json.dumps(answer)
+        assert secret not in json.dumps(admin.describe_topic(topic))
+        zk = KazooClient(hosts=memq_stack.zk_connect)
+        zk.start(timeout=10)
+        try:
+            raw, _ = zk.get(f"{chroot}/topics/{topic}")
+        finally:
+            zk.stop()
+            zk.close()
+        assert secret.encode() not in raw
+        until("written", lambda: topic in (b.server.processors if b.server else {}))
+        with Producer({"bootstrap.servers": b.address}) as p:
+            assert p.produce(topic, b"x").result(30).key  # stored and notified

@@ -118,3 +118,35 @@ def test_producer_config_accepts_kafka_keys_and_rejects_typos() -> None:
         ProducerConfig.from_mapping({"acks": "two"})
     with pytest.raises(ConfigError, match=r"compression\.type"):
         ProducerConfig.from_mapping({"compression.type": "brotli"})
+
+
+def test_secret_env_overrides_stay_literal_strings() -> None:
+    from memq.config import env_overrides
+
+    out = env_overrides({"MEMQ__TOPIC_DEFAULTS__NOTIFICATION__PRODUCER__SASL.PASSWORD": "0123",
+                         "MEMQ__AUTH__TOKEN_SECRET": "yes", "MEMQ__PORT": "9100"})  # fmt: skip
+    assert out["topic_defaults"]["notification"]["producer"]["sasl.password"] == "0123"
+    assert out["auth"]["token_secret"] == "yes" and out["port"] == 9100
+
+
+def test_topic_configs_are_stored_without_secrets_and_refilled_by_each_broker() -> None:
+    from memq.config import TopicConfig, TopicSettings
+
+    settings = {
+        "storage": {"type": "s3", "s3": {"bucket": "bkt", "access_key_id": "AK",
+                                         "secret_access_key": "SK"}},
+        "notification": {"bootstrap_servers": "k:9092", "producer": {
+            "security.protocol": "SASL_SSL", "sasl.username": "memq", "sasl.password": "pw"}},
+    }  # fmt: skip
+    cfg = TopicConfig.model_validate({**settings, "name": "t"})
+    stored = cfg.without_secrets()
+    dumped = stored.model_dump_json()
+    assert "pw" not in dumped and "SK" not in dumped and "AK" not in dumped
+    assert stored.notification.producer == {
+        "security.protocol": "SASL_SSL",
+        "sasl.username": "memq",
+    }
+    again = stored.with_secrets_from(TopicSettings.model_validate(settings))
+    assert again.notification.producer["sasl.password"] == "pw"
+    assert again.storage.s3 is not None and again.storage.s3.secret_access_key is not None
+    assert again.storage.s3.secret_access_key.get_secret_value() == "SK"
