@@ -5,6 +5,7 @@
 
 from memq.consumer.config import ConsumerConfig
 from memq.consumer.consumer import Consumer, Lag
+from memq.consumer.expiry import ObjectExpiredError
 from memq.consumer.message import Message, MessageId
 
-__all__ = ["Consumer", "ConsumerConfig", "Lag", "Message", "MessageId"]
+__all__ = ["Consumer", "ConsumerConfig", "Lag", "Message", "MessageId", "ObjectExpiredError"]

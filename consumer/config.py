@@ -19,13 +19,15 @@ class ConsumerConfig(AuditedClientConfig):
     #: MemQ brokers (host:port,...), asked once for the topic's notification topic and storage.
     #: None: the local stack under MEMQ_STATE_DIR / .memq.
     bootstrap_servers: str | None = Field(default=None, alias="bootstrap.servers")
-    #: Consumer group: a Kafka consumer group on the notification topic.
-    group_id: str = Field(alias="group.id", min_length=1)
-    #: Where a group without a committed offset starts: earliest or latest.
+    #: Consumer group: a Kafka consumer group on the notification topic. subscribe() needs
+    #: one; assign() reads partitions without (and commits only with) one.
+    group_id: str | None = Field(default=None, alias="group.id", min_length=1)
+    #: Where a partition without a committed offset (or without a group) starts: earliest
+    #: or latest.
     auto_offset_reset: Literal["earliest", "latest"] = Field(
         default="latest", alias="auto.offset.reset"
     )
-    #: Commit, during poll(), the objects already fully handed to the application.
+    #: Commit, during poll(), what was already handed to the application (with a group.id).
     enable_auto_commit: bool = Field(default=True, alias="enable.auto.commit")
     #: How often poll()/consume() commit with enable.auto.commit.
     auto_commit_interval_ms: int = Field(default=5000, ge=100, alias="auto.commit.interval.ms")
@@ -53,6 +55,13 @@ class ConsumerConfig(AuditedClientConfig):
     corrupt_object_policy: Literal["fail", "skip"] = Field(
         default="fail", alias="corrupt.object.policy"
     )
+    #: What to do with an object deleted past its topic's retention (its notification is
+    #: older than retention.ms): skip (log, count in skipped_expired, on_skip) or fail
+    #: (raise ObjectExpiredError, an ObjectNotFoundError). A missing object within
+    #: retention follows corrupt.object.policy.
+    missing_object_policy: Literal["skip", "fail"] = Field(
+        default="skip", alias="missing.object.policy"
+    )
     #: Drop copies of blocks already handed out (same producer id, epoch and sequence), e.g.
     #: a block a producer re-sent after a writer crashed (docs/guarantees.md).
     dedup_enable: bool = Field(default=True, alias="dedup.enable")
@@ -70,7 +79,8 @@ class ConsumerConfig(AuditedClientConfig):
     storage: dict[str, Any] = {}
     #: Extra librdkafka settings for the notification consumer (security.protocol, sasl.*).
     kafka: dict[str, str | int | float | bool] = {}
-    #: Deadline of the metadata request to the brokers at subscribe().
+    #: Deadline of the metadata request to the brokers at subscribe()/assign(), and of
+    #: reading the group's committed offsets (with their record positions) on assignment.
     metadata_timeout_ms: int = Field(default=10_000, ge=100, alias="metadata.timeout.ms")
     #: Name of this client in audit records and logs.
     client_id: str = Field(default="memq-consumer", alias="client.id")

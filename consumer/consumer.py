@@ -1,10 +1,13 @@
-"""``memq.Consumer``: read a topic's records straight from storage, at least once, in groups.
+"""``memq.Consumer``: read a topic's records straight from storage, at least once, in groups
+or by partition.
 
-It reads the topic's notifications from Kafka as a member of a consumer group, fetches
-the objects they point at from S3 (or the filesystem) with a prefetch pool, verifies
-them, and hands their records to the application in object order. Offsets are
-notification offsets, committed only for objects whose last record was handed out, so
-a crash re-delivers at most the objects in progress, never loses one. Copies of blocks
+It reads the topic's notifications from Kafka as a member of a consumer group
+(:meth:`Consumer.subscribe`) or from the partitions it is given (:meth:`Consumer.assign`:
+no group), fetches the objects they point at from S3 (or the filesystem) with a prefetch
+pool, verifies them, and hands their records to the application in object order.
+Offsets are notification offsets; a commit never passes a record not handed out (an
+object in progress is committed at its next record, in the commit metadata), so a crash
+re-delivers at most what was not committed, never loses a record. Copies of blocks
 already handed out are dropped (``dedup.enable``; docs/guarantees.md says exactly what
 is guaranteed under which failure).
 
@@ -15,25 +18,28 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, NamedTuple, TypeVar
 
 from memq.audit.client import ClientAudit
 from memq.client.bootstrap import resolve_client
+from memq.client.stats import StatsCollector, split_stats_cb, stats_ticker
+from memq.consumer.auditing import audit_object
 from memq.consumer.config import ConsumerConfig
 from memq.consumer.connect import Connector, KafkaConnector
+from memq.consumer.expiry import oldest_present
 from memq.consumer.fetcher import Start
 from memq.consumer.handout import Deduplicator
+from memq.consumer.membership import Membership, Where
 from memq.consumer.message import Message, MessageId
 from memq.consumer.notifications import GroupMember
 from memq.consumer.offsets import GroupOffsets
-from memq.consumer.prefetch import ConsumerStats, Pending, Prefetcher
-from memq.consumer.seeking import Probe, Seeker
-from memq.errors import ClientClosedError, MemqError, UnknownTopicError
+from memq.consumer.prefetch import Pending, Prefetcher
+from memq.consumer.seeking import Probe, Seeker, first_offset_at
+from memq.consumer.stats import ConsumerStats, Gauges, stats_dict
+from memq.consumer.topics import Topics
+from memq.errors import ClientClosedError, ConfigError, MemqError
 from memq.formats.notification import Notification
-from memq.protocol import TopicMetadata
-from memq.storage_handlers.base import StorageReader
 
 __all__ = ["Consumer", "Lag"]
 
@@ -53,13 +59,6 @@ class Lag(NamedTuple):
     partitions: dict[tuple[str, int], int]
 
 
-@dataclass
-class _Topic:
-    name: str  # MemQ topic
-    meta: TopicMetadata
-    reader: StorageReader
-
-
 class Consumer:
     """Consume MemQ topics.
 
@@ -67,6 +66,11 @@ class Consumer:
     >>> c.subscribe("events")                                           # doctest: +SKIP
     >>> for msg in c:                                                   # doctest: +SKIP
     ...     handle(msg.value)
+
+    Without a group: ``Consumer({...}).assign([("events", 0, 1234)])`` reads partition 0
+    from notification offset 1234 (no group join; commits only with a ``group.id``).
+    ``stats_cb`` (a keyword, or a key beside the settings) with ``statistics.interval.ms``
+    receives :meth:`stats_dict` periodically.
     """
 
     def __init__(
@@ -76,6 +80,7 @@ class Consumer:
         on_skip: SkipCallback | None = None,
         **kwargs: Any,
     ) -> None:
+        config, stats_cb = split_stats_cb(config, kwargs)
         if isinstance(config, ConsumerConfig):
             cfg = config.model_copy(update=kwargs) if kwargs else config
         else:
@@ -95,23 +100,22 @@ class Consumer:
         #: Where subscribe() gets metadata, storage readers and the Kafka clients from:
         #: replace it before subscribe() to run over in-process fakes (tests).
         self.connector: Connector = KafkaConnector()
-        self._notify_kafka: str | None = None
-        self._topics: dict[str, _Topic] = {}  # notification topic -> topic
-        self._source: GroupMember | None = None
-        self._probe: Probe | None = None
+        self._resolved = Topics(cfg, self.bootstrap, self._storage, lambda: self.connector)
+        self._topics = self._resolved.by_note  # notification topic -> topic
         self.stats = ConsumerStats()
         self._offsets = GroupOffsets(
-            auto_commit=cfg.enable_auto_commit,
+            auto_commit=cfg.enable_auto_commit and cfg.group_id is not None,
             auto_commit_interval=cfg.auto_commit_interval_ms / 1000,
             on_commit_error=self._commit_failed,
+            partial=self._partial,
+            timeout=cfg.metadata_timeout_ms / 1000,
         )
-        #: Done offsets of partitions just revoked: where they resume if assigned back.
-        self._resume: dict[TP, int] = {}
         self._dedup = Deduplicator.from_config(cfg, self.stats) if cfg.dedup_enable else None
         self._seeker = Seeker(
             restart=self._offsets.restart,
             drop=self._drop,
             name=lambda t: self._topics[t].name,
+            beginning=self._beginning,
         )
         self._prefetch = Prefetcher(
             cfg,
@@ -121,25 +125,35 @@ class Consumer:
             stats=self.stats,
             audit=self._audit is not None,
             dedup=self._dedup,
+            retention=lambda t: self._topics[t].meta.retention_ms,
         )
-        self._user_on_assign: PartitionsCallback | None = None
-        self._user_on_revoke: PartitionsCallback | None = None
+        self._members = Membership(
+            cfg,
+            self._resolved,
+            lambda: self.connector,
+            offsets=self._offsets,
+            seeker=self._seeker,
+            prefetch=self._prefetch,
+            on_commit_failed=self._commit_failed,
+        )
         self._closed = False
+        self._ticker = stats_ticker(
+            self.stats_dict, stats_cb, cfg.statistics_interval_ms, "memq-consumer-stats"
+        )
 
-    # --- subscription ---------------------------------------------------------------------
+    # --- subscription and assignment -------------------------------------------------------
 
-    def _kafka_conf(self, bootstrap: str) -> dict[str, Any]:
-        c = self.config
-        return {
-            "bootstrap.servers": bootstrap,
-            "group.id": c.group_id,
-            "auto.offset.reset": c.auto_offset_reset,
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "session.timeout.ms": c.session_timeout_ms,
-            "heartbeat.interval.ms": c.heartbeat_interval_ms,
-            **c.kafka,
-        }
+    @property
+    def _source(self) -> GroupMember | None:
+        return self._members.source
+
+    @property
+    def _probe(self) -> Probe | None:
+        return self._members.probe
+
+    def _resolve(self, names: list[str]) -> list[str]:
+        self._check_open()
+        return self._members.resolve(names)
 
     def subscribe(
         self,
@@ -147,102 +161,50 @@ class Consumer:
         on_assign: PartitionsCallback | None = None,
         on_revoke: PartitionsCallback | None = None,
     ) -> None:
-        """Join the group for ``topic`` (or several); callbacks get ``[(topic, partition)]``."""
+        """Join the group for ``topic`` (or several); callbacks get ``[(topic, partition)]``.
+        Needs a ``group.id`` (:meth:`assign` reads partitions without one)."""
         self._check_open()
-        names = [topic] if isinstance(topic, str) else list(topic)
-        meta = self.connector.metadata(
-            self.bootstrap,
-            names,
-            timeout=self.config.metadata_timeout_ms / 1000,
-            security=self.config.security(),
+        self._members.subscribe(
+            [topic] if isinstance(topic, str) else list(topic), on_assign, on_revoke
         )
-        kafka = set()
-        for name in names:
-            t = meta.topics.get(name)
-            if t is None or t.error is not None:
-                raise UnknownTopicError(
-                    f"topic {name!r} is unknown to cluster {meta.cluster!r}: "
-                    f"{t.error if t else 'no metadata'}"
-                )
-            note_topic = t.notification["topic"]
-            reader = self.connector.reader(t.storage, self._storage)
-            self._topics[note_topic] = _Topic(name, t, reader)
-            kafka.add(
-                self.config.notification_bootstrap_servers or t.notification["bootstrap_servers"]
-            )
-        if len(kafka) != 1:
-            raise MemqError(
-                f"topics {names} notify to different Kafka clusters ({sorted(kafka)}): "
-                "use one consumer per cluster"
-            )
-        self._notify_kafka = kafka.pop()
-        conf = self._kafka_conf(self._notify_kafka)
-        self._user_on_assign, self._user_on_revoke = on_assign, on_revoke
-        if self._source is None:
-            self._source = self.connector.member(conf)
-            self._probe = self.connector.probe(conf)
-            self._offsets.source = self._source
-            self._seeker.attach(self._source, self._probe)
-        self._source.subscribe(list(self._topics), self._assigned, self._revoked, self._lost)
+
+    def assign(self, partitions: Iterable[tuple[str, int] | tuple[str, int, Where]]) -> None:
+        """Read exactly these partitions, without joining a group (no rebalances).
+
+        Each entry is ``(topic, partition)`` or ``(topic, partition, where)``: ``where`` is
+        a notification offset, a :class:`MessageId` (or its text ``"p:o:b:r"``: from that
+        very record), or None: the group's committed position with a ``group.id`` (at the
+        very record when it was committed inside an object), else ``auto.offset.reset``.
+        Replaces a previous assignment (its progress is committed first with auto-commit).
+        An explicit position is a seek: what is read again is handed out again (dedup
+        forgets). Commits (automatic or :meth:`commit`) need a ``group.id``.
+        """
+        self._check_open()
+        entries: list[tuple[str, int, Where]] = []
+        for e in partitions:
+            where: Where = e[2] if len(e) > 2 else None
+            entries.append((e[0], int(e[1]), where))
+        self._members.assign(entries)
+        if any(where is not None for _, _, where in entries):
+            self._reread()
+
+    def unsubscribe(self) -> None:
+        """Leave the group, or drop the assigned partitions (with auto-commit, what was
+        handed out is committed first). subscribe() or assign() may follow."""
+        self._check_open()
+        self._members.unsubscribe()
 
     def _memq(self, parts: list[TP]) -> list[tuple[str, int]]:
-        return [(self._topics[t].name, p) for t, p in parts if t in self._topics]
+        return self._members.names(parts)
 
     def _named(self, offsets: Mapping[TP, V]) -> dict[tuple[str, int], V]:
         return {(self._topics[t].name, p): o for (t, p), o in offsets.items()}
-
-    def _assigned(self, parts: list[TP]) -> dict[TP, int] | None:
-        log.info("assigned %s", parts)
-        # A seek_* asked for before the assignment; else, for a partition revoked just
-        # before (the same rebalance: nobody read it since), where this member got to:
-        # the objects it had fetched ahead were dropped, and Kafka's committed offset
-        # may be behind (auto-commit off, or its commit failed).
-        offsets = self._seeker.assigned(parts) or {}
-        for tp in parts:
-            if tp in self._resume and tp not in offsets:
-                offsets[tp] = self._resume[tp]
-                self._offsets.restart(tp, offsets[tp])
-        self._resume.clear()
-        if self._user_on_assign is not None:
-            self._user_on_assign(self._memq(parts))
-        return offsets or None
-
-    def _revoked(self, parts: list[TP]) -> None:
-        """``parts`` are being revoked (still ours): commit what was handed out, clean up."""
-        log.info("revoked %s", parts)
-        gone = set(parts)
-        try:
-            self._offsets.commit_revoked(gone)  # auto-commit: their progress, first
-        except Exception as e:  # never breaks the rebalance; the cleanup below must run
-            log.warning("commit of revoked partitions %s failed: %s", parts, e)
-            self._commit_failed(e)
-        finally:
-            self._resume.update(self._forget(gone))
-        if self._user_on_revoke is not None:
-            self._user_on_revoke(self._memq(parts))
-
-    def _lost(self, parts: list[TP]) -> None:
-        """``parts`` were lost (another member may own them already): never commit."""
-        log.warning("lost %s (not committed: another member may own them)", parts)
-        gone = set(parts)
-        self._forget(gone)
-        for tp in gone:
-            self._resume.pop(tp, None)
-        if self._user_on_revoke is not None:
-            self._user_on_revoke(self._memq(parts))
-
-    def _forget(self, parts: set[TP]) -> dict[TP, int]:
-        """Drop everything of ``parts``: progress, seeks, objects; returns their progress."""
-        done = self._offsets.forget(parts)
-        self._seeker.revoked(parts)
-        self._drop(parts)
-        return done
 
     def _commit_failed(self, _e: Exception) -> None:
         self.stats.commit_failures += 1
 
     def _drop(self, parts: set[TP]) -> None:
-        """Forget queued and in-progress objects of ``parts`` (after revoke or seek)."""
+        """Forget queued and in-progress objects of ``parts`` (after a seek)."""
         self._prefetch.drop(parts)
 
     # --- consuming ------------------------------------------------------------------------
@@ -251,11 +213,20 @@ class Consumer:
         if self._closed:
             raise ClientClosedError("consumer is closed")
 
+    def _partial(self) -> dict[TP, tuple[int, int, int]]:
+        """Per partition with an object in progress: its offset and next record's position."""
+        out: dict[TP, tuple[int, int, int]] = {}
+        for cur in self._prefetch.in_progress():
+            nxt = cur.next_position()
+            if nxt is not None:
+                out[cur.pending.tp] = (cur.pending.offset, *nxt)
+        return out
+
     def _pull(self, timeout: float) -> None:
         """Poll notifications (serving rebalances); prefetch as many objects as allowed."""
         assert self._source is not None
         self._seeker.apply_pending()
-        self._prefetch.fill(self._source, timeout)
+        self._prefetch.fill(self._source, timeout, stale=self._seeker.is_pending)
 
     def _skipped(self, note: Notification, err: MemqError) -> None:
         if self.on_skip is not None:
@@ -268,35 +239,14 @@ class Consumer:
         if note is not None:  # else: a notification that did not decode, skipped
             self.stats.record_counts.append(note.record_count)
             if self._audit is not None and (pending.blocks or pending.copies):
-                self._audit_object(pending, note)
-
-    def _audit_object(self, pending: Pending, note: Notification) -> None:
-        """One ``consumed`` audit record per block of ``pending`` that was handed out, one
-        ``dropped`` record per copy of a block handed out before (dedup)."""
-        assert self._audit is not None
-        now = int(time.time() * 1000)
-        topic = self._topics[pending.tp[0]].name
-        for kind, blocks in (("consumed", pending.blocks), ("dropped", pending.copies)):
-            for b in blocks:
-                self._audit.emit(
-                    {
-                        "kind": kind,
-                        "topic": topic,
-                        "producer_id": b.producer_id,
-                        "epoch": b.epoch,
-                        "sequence": b.sequence,
-                        "records": b.records,
-                        "content_crc": b.content_crc,
-                        "min_timestamp": b.min_timestamp,
-                        "time": now,
-                        "bucket": note.bucket,
-                        "key": note.key,
-                        "group": self.config.group_id,
-                        "block_index": b.index,
-                    },
-                    self._notify_kafka,
+                audit_object(
+                    self._audit,
+                    pending,
+                    note,
+                    topic=self._topics[pending.tp[0]].name,
+                    group=self.config.group_id,
+                    kafka=self._resolved.kafka,
                 )
-        pending.blocks = pending.copies = []
 
     def audit_stats(self) -> dict[str, int]:
         """Audit records emitted, delivered and dropped (zeros when auditing is off)."""
@@ -309,8 +259,10 @@ class Consumer:
         assert self._source is not None
         prefetch = self._prefetch
         while True:
-            self._pull(0.0 if prefetch.queue else (self._remaining(deadline, cap=0.5) or 0.0))
-            if not prefetch.queue:
+            if prefetch.unpark():  # an object of a partition paused midway, resumed
+                return True
+            self._pull(0.0 if prefetch.has_head() else (self._remaining(deadline, cap=0.5) or 0.0))
+            if not prefetch.has_head():
                 if deadline is not None and time.monotonic() >= deadline:
                     return False
                 continue
@@ -332,8 +284,8 @@ class Consumer:
     def consume(self, num_messages: int = 1, timeout: float | None = None) -> list[Message]:
         """Up to ``num_messages`` records, waiting at most ``timeout`` seconds (None: forever)."""
         self._check_open()
-        if self._source is None:
-            raise MemqError("subscribe() to a topic before consuming")
+        if self._members.mode is None:
+            raise MemqError("subscribe() to a topic, or assign() partitions, before consuming")
         deadline = None if timeout is None else time.monotonic() + timeout
         out: list[Message] = []
         while len(out) < num_messages:
@@ -372,27 +324,98 @@ class Consumer:
 
     # --- commits ------------------------------------------------------------------------
 
-    def commit(self, asynchronous: bool = False) -> dict[tuple[str, int], int]:
-        """Commit, per partition, the offset after the last object fully handed out.
+    def _check_group(self, what: str) -> None:
+        if self.config.group_id is None:
+            raise ConfigError(f"{what} needs a group.id: this consumer reads without a group")
 
-        Returns what was committed, as ``{(topic, partition): notification offset}``.
+    def commit(self, asynchronous: bool = False) -> dict[tuple[str, int], int]:
+        """Commit, per partition, everything handed out: the offset after the last object
+        fully handed out or, for an object handed out in part, that object's offset with
+        the position of its next record in the commit metadata (a consumer starting from
+        that commit continues at that record, where Kafka keeps commit metadata:
+        :attr:`precise_commits`).
+
+        Returns the committed notification offset per ``(topic, partition)`` with
+        progress (also those unchanged since the last commit, which are not sent again).
         """
         self._check_open()
+        self._check_group("commit()")
         return self._named(self._offsets.commit(asynchronous=asynchronous))
+
+    @property
+    def precise_commits(self) -> bool | None:
+        """Whether commits inside an object keep their record position (the notification
+        Kafka keeps commit metadata); None until one such commit was read back (the first
+        synchronous commit inside an object does). False: a restart reads an object
+        committed in the middle again, whole."""
+        return self._offsets.metadata_kept
 
     def committed(self, timeout: float = 10.0) -> dict[tuple[str, int], int | None]:
         """The group's committed notification offsets for the assigned partitions."""
-        return self._named(self._offsets.committed(timeout))
+        self._check_group("committed()")
+        return self._named(
+            {
+                tp: m.offset if m is not None else None
+                for tp, m in self._offsets.committed(timeout).items()
+            }
+        )
+
+    def _in_progress(self) -> dict[TP, int]:
+        return {c.pending.tp: c.pending.offset for c in self._prefetch.in_progress()}
 
     def position(self) -> dict[tuple[str, int], int | None]:
         """Per assigned partition, the notification offset of the next object to finish."""
-        cur = self._prefetch.current
-        return self._named(
-            self._offsets.position(None if cur is None else (cur.pending.tp, cur.pending.offset))
-        )
+        return self._named(self._offsets.position(self._in_progress()))
 
     def assignment(self) -> list[tuple[str, int]]:
+        if self._source is None:
+            return []
         return self._memq(self._offsets.assignment())
+
+    # --- partitions -----------------------------------------------------------------------
+
+    def pause(self, partitions: Iterable[tuple[str, int]]) -> None:
+        """Hand out nothing more of these assigned ``[(topic, partition)]`` until resumed:
+        the object in progress and those fetched ahead are kept (not fetched again), and
+        no more notifications are read for them. A revoked partition is no longer paused."""
+        self._members.pause(self._members.assigned(list(partitions)))
+
+    def resume(self, partitions: Iterable[tuple[str, int]]) -> None:
+        """Hand out these paused partitions again, from where they stopped."""
+        self._members.resume(self._members.assigned(list(partitions)))
+
+    def paused(self) -> list[tuple[str, int]]:
+        """The partitions paused by :meth:`pause`."""
+        return self._memq(sorted(self._prefetch.paused))
+
+    def partitions_for(self, topic: str) -> list[int]:
+        """The partitions of ``topic`` (of its notification topic)."""
+        (note_topic,) = self._resolve([topic])
+        return list(range(self._topics[note_topic].partitions))
+
+    def offsets_for_times(
+        self, partitions: Iterable[tuple[str, int, int]]
+    ) -> dict[tuple[str, int], int]:
+        """Per ``(topic, partition, timestamp_ms)``: the notification offset of the first
+        object reaching that time (its newest record's timestamp >= ts), or the end
+        offset when none does yet, so the answer can be given to :meth:`assign` (which
+        then reads those objects whole; :meth:`seek_to_time` also skips their older
+        records). Kafka's answer is used where it checks out, else a binary search."""
+        out: dict[tuple[str, int], int] = {}
+        for topic, part, ts in partitions:
+            (note_topic,) = self._resolve([topic])
+            self._resolved.check_partition(topic, part)
+            assert self._probe is not None
+            out[(topic, part)] = first_offset_at(self._probe, note_topic, part, ts)
+        return out
+
+    def get_watermark_offsets(self, topic: str, partition: int) -> tuple[int, int]:
+        """(low, high) notification offsets of a partition; the high one verified by
+        reading past it (some Kafka-protocol brokers report it short)."""
+        (note_topic,) = self._resolve([topic])
+        self._resolved.check_partition(topic, partition)
+        assert self._probe is not None
+        return self._probe.watermarks(note_topic, partition)
 
     # --- seeking ------------------------------------------------------------------------
 
@@ -401,10 +424,29 @@ class Consumer:
             if len(self._topics) != 1:
                 raise MemqError("several topics are subscribed: name the topic to seek")
             return next(iter(self._topics))
-        for nt, t in self._topics.items():
-            if t.name == topic:
-                return nt
-        raise UnknownTopicError(f"topic {topic!r} is not subscribed")
+        return self._resolved.note_topic(topic)
+
+    def _beginning(self, tp: TP) -> int:
+        """The oldest notification of ``tp`` whose object was not deleted by retention."""
+        assert self._probe is not None
+        probe, topic = self._probe, self._topics[tp[0]]
+
+        def exists(note: Notification) -> bool:
+            try:
+                return topic.reader.exists(note.bucket, note.key)
+            except MemqError as e:  # cannot tell: not known to be gone
+                log.info("checking %s failed: %s", note.key, e)
+                return True
+
+        low, high = probe.watermarks(*tp)
+        return oldest_present(
+            low,
+            high,
+            read=lambda offset: probe.read(tp[0], tp[1], offset),
+            exists=exists,
+            retention_ms=topic.meta.retention_ms,
+            now_ms=int(time.time() * 1000),
+        )
 
     def seek(self, message_id: MessageId | str, topic: str | None = None) -> None:
         """Re-read from this record on (its object is range-read from that block)."""
@@ -421,7 +463,9 @@ class Consumer:
             self._dedup.clear()
 
     def seek_to_beginning(self) -> None:
-        """Continue from the oldest object of every (to be) assigned partition."""
+        """Continue from the oldest object of every (to be) assigned partition that still
+        exists: objects deleted past their topic's retention are stepped over (their
+        notifications outlive them by a day)."""
         self._seeker.to_beginning()
         self._reread()
 
@@ -445,38 +489,69 @@ class Consumer:
     def lag(self) -> Lag:
         """Notifications behind the end of each assigned partition, and records (estimated
         from the record counts of recent notifications)."""
-        assert self._source is not None and self._probe is not None
+        if self._source is None or self._probe is None:
+            raise MemqError("subscribe() to a topic, or assign() partitions, first")
         parts: dict[tuple[str, int], int] = {}
+        position = self.position()
+        committed = self.committed() if self.config.group_id is not None else {}
         for tp in self._source.assignment():
-            _, high = self._probe.watermarks(*tp)
-            pos = self.position().get((self._topics[tp[0]].name, tp[1]))
+            low, high = self._probe.watermarks(*tp)
+            name = (self._topics[tp[0]].name, tp[1])
+            pos = position.get(name)
             if pos is None:
-                pos = self.committed().get((self._topics[tp[0]].name, tp[1])) or 0
-            parts[(self._topics[tp[0]].name, tp[1])] = max(0, high - pos)
+                pos = committed.get(name) or low
+            parts[name] = max(0, high - pos)
         counts = self.stats.record_counts
         avg = sum(counts) / len(counts) if counts else 0
         total = sum(parts.values())
         return Lag(total, round(total * avg), parts)
 
+    # --- statistics -------------------------------------------------------------------
+
+    def _gauges(self) -> Gauges:
+        queued, queued_bytes, backlog = self._prefetch.depth()
+        source = self._source
+        assigned, lag = 0, None
+        if source is not None:
+            try:  # no requests: librdkafka's last high watermarks (may run on another thread)
+                assigned = len(source.assignment())
+                highs = source.high_watermarks()
+                known = self._offsets.known_positions(self._in_progress())
+                behind = [max(0, h - known[tp]) for tp, h in highs.items() if tp in known]
+                lag = sum(behind) if behind else None
+            except Exception as e:  # closing, or not known yet
+                log.debug("consumer gauges: %s", e)
+        return Gauges(queued, queued_bytes, backlog, assigned, len(self._prefetch.paused), lag)
+
+    def stats_dict(self) -> dict[str, Any]:
+        """Every counter and gauge as a plain dict (keys in docs/clients.md, "Consumer
+        keys"): what ``stats_cb`` and :meth:`prometheus_collector` report."""
+        return stats_dict(self.stats, self._gauges(), self.audit_stats())
+
+    def prometheus_collector(self) -> StatsCollector:
+        """A Prometheus collector of :meth:`stats_dict` (``memq_consumer_<key>`` gauges):
+        ``registry.register(consumer.prometheus_collector())``."""
+        return StatsCollector(self.stats_dict, "consumer", self.config.client_id)
+
+    # --- lifecycle -------------------------------------------------------------------
+
     def close(self) -> None:
-        """Commit what was fully handed out (with auto-commit), leave the group, stop fetching.
+        """Commit what was handed out (with auto-commit), leave the group, stop fetching.
 
         Fetches in flight are waited for (up to ``close.timeout.ms``) before the storage
         readers are closed.
         """
         if self._closed:
             return
+        if self._ticker is not None:
+            self._ticker.stop()
         try:
             self._offsets.close()  # the final commit, with auto-commit
         finally:
             self._closed = True
             self._prefetch.close(self.config.close_timeout_ms / 1000)
-            if self._source is not None:
-                self._source.close()
-            if self._probe is not None:
-                self._probe.close()
-            for t in self._topics.values():
-                t.reader.close()
+            self._members.close()
+            self._resolved.close()
             if self._audit is not None:
                 self._audit.close()
 

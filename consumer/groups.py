@@ -23,6 +23,7 @@ from memq.client.bootstrap import fetch_metadata, resolve_client, split_servers
 from memq.config import SecureClientConfig
 from memq.consumer.message import MessageId
 from memq.consumer.notifications import NotificationProbe
+from memq.consumer.seeking import first_offset_at
 from memq.errors import InvalidRequestError, MemqError, NotificationError, UnknownTopicError
 
 __all__ = ["GroupAdmin", "LagCollector", "PartitionLag", "ResetPlan", "first_offset_at"]
@@ -31,20 +32,6 @@ __all__ = ["GroupAdmin", "LagCollector", "PartitionLag", "ResetPlan", "first_off
 _LIVE = {"stable", "preparing_rebalance", "completing_rebalance"}
 #: Notifications read at most per partition to count records behind (beyond: estimated).
 MAX_LAG_READS = 1000
-
-
-def first_offset_at(probe: NotificationProbe, topic: str, partition: int, ts: int) -> int:
-    """The first offset of the partition whose object reaches ``ts`` (max timestamp >= ts);
-    the end offset when none does. Binary search over notifications (no offsets_for_times)."""
-    lo, hi = probe.watermarks(topic, partition)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        note = probe.read(topic, partition, mid)
-        if note is not None and note.max_timestamp < ts:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
 
 
 @dataclass

@@ -3,8 +3,11 @@
 A fetched object becomes :class:`Current`; its records are taken in order. With dedup on
 (``dedup.enable``), a :class:`Deduplicator` first drops the object's blocks that were
 already handed out (whole blocks: a block is the unit of retry), and a block is
-remembered only once its last record was taken: a block left midway (a seek, close)
-is handed out again, whole, when it comes again (at-least-once).
+remembered only once its last record was taken. A block left midway because its
+partition was revoked or lost (possible while the partition is paused with an object in
+progress) is remembered as such: when it comes again, the records already handed out
+are dropped. One left midway by a seek or close() is handed out again, whole, when it
+comes again (at-least-once; a seek asks to read again).
 """
 
 from __future__ import annotations
@@ -49,6 +52,9 @@ class Admitted:
     tracked: list[Tracked]
     #: Indexes of the object's blocks dropped as copies (not handed out, not audited).
     dropped: frozenset[int]
+    #: Per block index: records dropped from it because they were handed out before the
+    #: block was left midway (the rest of the block is handed out).
+    trimmed: dict[int, int]
 
 
 class Deduplicator:
@@ -63,6 +69,8 @@ class Deduplicator:
         self.window = window
         self._stats = stats
         self._clock = clock
+        #: Blocks left midway: the records [first, end) handed out (bounded: oldest go).
+        self._partial: dict[BlockId, tuple[int, int]] = {}
 
     @classmethod
     def from_config(cls, config: ConsumerConfig, stats: DedupStats) -> Deduplicator:
@@ -84,6 +92,7 @@ class Deduplicator:
         kept: list[tuple[int, int]] = []  # [start, end) in ``messages``
         tracked: list[Tracked] = []
         dropped: set[int] = set()
+        trimmed: dict[int, int] = {}
         here: set[BlockId] = set()
         pos_in = pos_out = 0
         for sp in spans:
@@ -98,19 +107,62 @@ class Deduplicator:
             if verdict is Verdict.OUT_OF_WINDOW:
                 stats.dedup_out_of_window += 1
             here.add(bid)
-            tracked.append(Tracked(bid, pos_out, pos_out + sp.length))
-            pos_out += sp.length
-            kept.append((start, pos_in))
-        if dropped:
+            part = self._partial.get(bid)
+            if part is not None:  # left midway before: drop what was handed out then
+                first, end = part
+                runs = _without(messages, start, pos_in, first, end)
+                cut = (pos_in - start) - sum(b - a for a, b in runs)
+                if cut:
+                    trimmed[sp.block] = cut
+                    stats.duplicate_records_dropped += cut
+            else:
+                runs = [(start, pos_in)]
+            length = sum(b - a for a, b in runs)
+            if not length:  # (every record of it was handed out)
+                continue
+            tracked.append(Tracked(bid, pos_out, pos_out + length))
+            pos_out += length
+            kept.extend(runs)
+        if dropped or trimmed:
             messages = list(chain.from_iterable(messages[a:b] for a, b in kept))
-        return Admitted(messages, tracked, frozenset(dropped))
+        return Admitted(messages, tracked, frozenset(dropped), trimmed)
+
+    def left_midway(self, block: BlockId, first: int, end: int) -> None:
+        """Records [first, end) of ``block`` were handed out and the rest was dropped
+        (revoke, lost): when the block comes again, those records are dropped."""
+        before = self._partial.pop(block, None)
+        if before is not None and before[1] >= first and before[0] <= first:
+            first = before[0]  # the same block left midway again, further on
+        self._partial[block] = (first, end)
+        while len(self._partial) > self.window.producers:
+            del self._partial[next(iter(self._partial))]
 
     def handed_out(self, block: BlockId) -> None:
         self.window.remember(block, self._now())
+        self._partial.pop(block, None)
 
     def clear(self) -> None:
         """Forget every block handed out (a seek asks to read again)."""
         self.window.clear()
+        self._partial.clear()
+
+
+def _without(
+    messages: list[Message], start: int, end: int, first: int, stop: int
+) -> list[tuple[int, int]]:
+    """Runs of ``messages[start:end]`` (one block) whose record is not in [first, stop)."""
+    runs: list[tuple[int, int]] = []
+    a = None
+    for i in range(start, end):
+        keep = not first <= messages[i].record < stop
+        if keep and a is None:
+            a = i
+        elif not keep and a is not None:
+            runs.append((a, i))
+            a = None
+    if a is not None:
+        runs.append((a, end))
+    return runs
 
 
 class Current:
@@ -147,3 +199,20 @@ class Current:
     @property
     def exhausted(self) -> bool:
         return self.pos >= len(self.messages)
+
+    def left_midway(self) -> None:
+        """This object is dropped (revoke, lost): tell dedup of its block handed out in
+        part, if any."""
+        if self._dedup is None or self._next >= len(self._tracked):
+            return
+        t = self._tracked[self._next]
+        if self.pos > t.start:
+            first = self.messages[t.start].record
+            self._dedup.left_midway(t.block, first, self.messages[self.pos - 1].record + 1)
+
+    def next_position(self) -> tuple[int, int] | None:
+        """(block, record) of the next record to hand out; None when exhausted."""
+        if self.pos >= len(self.messages):
+            return None
+        m = self.messages[self.pos]
+        return m.block, m.record

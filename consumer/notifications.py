@@ -17,10 +17,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from memq.consumer.offsets import OffsetAndMetadata
 from memq.errors import MemqError, MemqFormatError, NotificationError
 from memq.formats.notification import Notification, decode_notification
 
-__all__ = ["GroupMember", "NotificationProbe", "NotificationSource", "Polled"]
+__all__ = [
+    "OFFSET_BEGINNING",
+    "OFFSET_END",
+    "GroupMember",
+    "NotificationProbe",
+    "NotificationSource",
+    "Polled",
+]
 
 log = logging.getLogger(__name__)
 
@@ -40,14 +48,19 @@ class Polled:
 
 
 class GroupMember(Protocol):
-    """What the consumer uses of its group membership (:class:`NotificationSource`).
+    """What the consumer uses of its Kafka consumer (:class:`NotificationSource`).
 
-    Rebalance callbacks run inside :meth:`poll`: ``on_assign`` before the new partitions
-    are fetched (its offsets, if any, are where they start; the others start at the
-    committed offset), ``on_revoke`` while this member still owns the partitions (a
-    commit is still accepted), ``on_lost`` when it already may not (another member may
-    own them: never commit then). :meth:`pause` stops fetching every partition assigned
-    now (calling it again covers partitions assigned since); :meth:`resume` undoes it.
+    It either joins the group (:meth:`subscribe`) or reads partitions it was given
+    (:meth:`assign_partitions`: no group join, no rebalances). Rebalance callbacks run
+    inside :meth:`poll`: ``on_assign`` before the new partitions are fetched (its offsets,
+    if any, are where they start; the others start at the committed offset),
+    ``on_revoke`` while this member still owns the partitions (a commit is still
+    accepted), ``on_lost`` when it already may not (another member may own them: never
+    commit then). :meth:`pause` stops fetching every partition assigned now (calling it
+    again covers partitions assigned since) and :meth:`resume` undoes it: the prefetch
+    queue's flow control. :meth:`pause_partitions` pauses partitions for the application:
+    they stay paused through :meth:`resume` until :meth:`resume_partitions` (or until
+    they are revoked, as in Kafka).
     """
 
     def subscribe(
@@ -58,11 +71,20 @@ class GroupMember(Protocol):
         on_lost: PartitionsCallback,
     ) -> None: ...
 
+    def unsubscribe(self) -> None: ...
+
+    def assign_partitions(self, offsets: dict[TP, int]) -> None:
+        """Read exactly these partitions from these offsets (``OFFSET_BEGINNING`` /
+        ``OFFSET_END`` allowed), replacing any assignment; no group join."""
+        ...
+
+    def unassign(self) -> None: ...
+
     def poll(self, max_records: int, timeout: float) -> list[Polled]: ...
 
-    def commit(self, offsets: dict[TP, int], *, asynchronous: bool) -> None: ...
+    def commit(self, offsets: dict[TP, OffsetAndMetadata], *, asynchronous: bool) -> None: ...
 
-    def committed(self, parts: list[TP], timeout: float) -> dict[TP, int | None]: ...
+    def committed(self, parts: list[TP], timeout: float) -> dict[TP, OffsetAndMetadata | None]: ...
 
     def assignment(self) -> list[TP]: ...
 
@@ -72,7 +94,21 @@ class GroupMember(Protocol):
 
     def resume(self) -> None: ...
 
+    def pause_partitions(self, parts: list[TP]) -> None: ...
+
+    def resume_partitions(self, parts: list[TP]) -> None: ...
+
+    def high_watermarks(self) -> dict[TP, int]:
+        """The last high watermark seen per assigned partition (no request: may be stale;
+        safe to call from another thread)."""
+        ...
+
     def close(self) -> None: ...
+
+
+#: Logical start offsets of :meth:`GroupMember.assign_partitions` (Kafka's values).
+OFFSET_BEGINNING = -2
+OFFSET_END = -1
 
 
 def _kafka_error(what: str, e: BaseException) -> NotificationError:
@@ -80,7 +116,8 @@ def _kafka_error(what: str, e: BaseException) -> NotificationError:
 
 
 class NotificationSource:
-    """A Kafka consumer in the group, over one or more notification topics."""
+    """A Kafka consumer over one or more notification topics: a group member, or a reader
+    of assigned partitions."""
 
     def __init__(self, config: dict[str, Any]) -> None:
         from confluent_kafka import Consumer
@@ -90,7 +127,9 @@ class NotificationSource:
             self.kafka = Consumer(config, logger=log)
         except Exception as e:
             raise MemqError(f"invalid notification consumer settings: {e}") from e
-        self._paused: set[TP] = set()
+        self._flow = False  # the prefetch queue is full: every assigned partition paused
+        self._held: set[TP] = set()  # paused by the application
+        self._paused: set[TP] = set()  # paused in Kafka now
         #: Whether rebalances add and remove partitions (cooperative) instead of replacing
         #: the whole assignment: on_assign then gets only the added ones.
         self._incremental = (
@@ -125,6 +164,7 @@ class NotificationSource:
             def run(_c: Any, parts: list[Any]) -> None:
                 tps = [(p.topic, p.partition) for p in parts]
                 self._paused.difference_update(tps)
+                self._held.difference_update(tps)
                 callback(tps)
 
             return run
@@ -132,6 +172,31 @@ class NotificationSource:
         self.kafka.subscribe(
             topics, on_assign=assigned, on_revoke=gone(on_revoke), on_lost=gone(on_lost)
         )
+
+    def unsubscribe(self) -> None:
+        try:
+            self.kafka.unsubscribe()
+        except Exception as e:
+            raise _kafka_error("leaving the group failed", e) from e
+        self._paused.clear()
+        self._held.clear()
+
+    def assign_partitions(self, offsets: dict[TP, int]) -> None:
+        try:
+            self.kafka.assign(self._tps(offsets))
+        except Exception as e:
+            raise _kafka_error("assigning notification partitions failed", e) from e
+        self._paused.clear()  # a new assignment starts unpaused
+        self._held.intersection_update(offsets)
+        self._sync()
+
+    def unassign(self) -> None:
+        try:
+            self.kafka.unassign()
+        except Exception as e:
+            raise _kafka_error("unassigning notification partitions failed", e) from e
+        self._paused.clear()
+        self._held.clear()
 
     def poll(self, max_records: int, timeout: float) -> list[Polled]:
         try:
@@ -155,32 +220,43 @@ class NotificationSource:
                 out.append(Polled(topic, part, off, None, e))
         return out
 
-    def _tps(self, offsets: dict[tuple[str, int], int]) -> list[Any]:
+    def _tps(self, offsets: dict[TP, int]) -> list[Any]:
         from confluent_kafka import TopicPartition
 
         return [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
 
-    def commit(self, offsets: dict[tuple[str, int], int], *, asynchronous: bool) -> None:
+    def commit(self, offsets: dict[TP, OffsetAndMetadata], *, asynchronous: bool) -> None:
+        from confluent_kafka import TopicPartition
+
         if not offsets:
             return
+        tps = [
+            TopicPartition(t, p, m.offset, m.metadata)
+            if m.metadata
+            else TopicPartition(t, p, m.offset)
+            for (t, p), m in offsets.items()
+        ]
         try:
             if asynchronous:
-                self.kafka.commit(offsets=self._tps(offsets), asynchronous=True)
+                self.kafka.commit(offsets=tps, asynchronous=True)
             else:
-                self.kafka.commit(offsets=self._tps(offsets), asynchronous=False)
+                self.kafka.commit(offsets=tps, asynchronous=False)
         except Exception as e:
             raise _kafka_error("committing notification offsets failed", e) from e
 
-    def committed(
-        self, parts: list[tuple[str, int]], timeout: float
-    ) -> dict[tuple[str, int], int | None]:
+    def committed(self, parts: list[TP], timeout: float) -> dict[TP, OffsetAndMetadata | None]:
         try:
             res = self.kafka.committed(self._tps(dict.fromkeys(parts, -1001)), timeout=timeout)
         except Exception as e:
             raise _kafka_error("reading committed offsets failed", e) from e
-        return {(r.topic, r.partition): (r.offset if r.offset >= 0 else None) for r in res}
+        return {
+            (r.topic, r.partition): (
+                OffsetAndMetadata(r.offset, r.metadata or "") if r.offset >= 0 else None
+            )
+            for r in res
+        }
 
-    def assignment(self) -> list[tuple[str, int]]:
+    def assignment(self) -> list[TP]:
         return [(p.topic, p.partition) for p in self.kafka.assignment()]
 
     def seek(self, topic: str, partition: int, offset: int) -> None:
@@ -188,23 +264,51 @@ class NotificationSource:
 
         self.kafka.seek(TopicPartition(topic, partition, offset))
 
+    def _sync(self) -> None:
+        """Pause and resume in Kafka so exactly the partitions that should be are paused."""
+        from confluent_kafka import TopicPartition
+
+        assigned = self.assignment()
+        want = set(assigned) if self._flow else self._held.intersection(assigned)
+        stop = [tp for tp in assigned if tp in want and tp not in self._paused]
+        go = [tp for tp in assigned if tp in self._paused and tp not in want]
+        if stop:
+            self.kafka.pause([TopicPartition(t, p) for t, p in stop])
+        if go:
+            self.kafka.resume([TopicPartition(t, p) for t, p in go])
+        self._paused = want
+
     def pause(self) -> None:
         """Stop fetching every assigned partition (also those assigned since the last call)."""
-        from confluent_kafka import TopicPartition
-
-        todo = [tp for tp in self.assignment() if tp not in self._paused]
-        if todo:
-            self.kafka.pause([TopicPartition(t, p) for t, p in todo])
-            self._paused.update(todo)
+        self._flow = True
+        self._sync()
 
     def resume(self) -> None:
+        """Undo :meth:`pause` (partitions the application paused stay paused)."""
+        if self._flow or not self._paused <= self._held:
+            self._flow = False
+            self._sync()
+
+    def pause_partitions(self, parts: list[TP]) -> None:
+        self._held.update(parts)
+        self._sync()
+
+    def resume_partitions(self, parts: list[TP]) -> None:
+        self._held.difference_update(parts)
+        self._sync()
+
+    def high_watermarks(self) -> dict[TP, int]:
         from confluent_kafka import TopicPartition
 
-        if self._paused:
-            todo = [tp for tp in self.assignment() if tp in self._paused]
-            self._paused.clear()
-            if todo:
-                self.kafka.resume([TopicPartition(t, p) for t, p in todo])
+        out: dict[TP, int] = {}
+        for t, p in self.assignment():
+            try:
+                _, high = self.kafka.get_watermark_offsets(TopicPartition(t, p), cached=True)
+            except Exception:  # not known yet
+                continue
+            if high is not None and high >= 0:
+                out[(t, p)] = int(high)
+        return out
 
     def close(self) -> None:
         try:

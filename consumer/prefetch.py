@@ -10,12 +10,21 @@ out. A fetch failing with a retriable error is retried (full-jitter backoff) for
 ``fetch.retry.timeout.ms``; a failure that is then still there, or is not retriable,
 stays at the head and is raised, unless ``corrupt.object.policy=skip`` skips it. So
 does a notification that does not decode (it is raised again, in its place, until a
-seek moves past it or the skip policy skips it).
+seek moves past it or the skip policy skips it). An object deleted past its topic's
+retention (expired: :mod:`memq.consumer.expiry`) follows ``missing.object.policy``
+instead (skipped by default).
+
+Partitions the application paused hand out nothing: the head is the first queued object
+of a partition that is not paused, an object in progress of a paused partition is
+*parked* and resumed first when its partition is, and objects queued for paused
+partitions are kept and do not count against ``prefetch.objects``/``prefetch.bytes``
+(their partitions are paused in Kafka too, so no more come).
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import threading
 import time
@@ -26,9 +35,11 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from memq.consumer.config import ConsumerConfig
+from memq.consumer.expiry import expired_error, is_expired
 from memq.consumer.fetcher import BlockAudit, FetchedObject, Start, fetch_object
 from memq.consumer.handout import Current, Deduplicator
 from memq.consumer.notifications import Polled
+from memq.consumer.stats import ConsumerStats
 from memq.errors import (
     CorruptObjectError,
     MemqError,
@@ -57,30 +68,6 @@ class Feed(Protocol):
     def resume(self) -> None: ...
 
 
-@dataclass
-class ConsumerStats:
-    """A consumer's counters (``Consumer.stats``)."""
-
-    records: int = 0
-    objects: int = 0
-    bytes: int = 0
-    skipped_missing: int = 0
-    skipped_corrupt: int = 0
-    fetch_seconds: float = 0.0
-    #: Fetches tried again after a retriable error.
-    fetch_retries: int = 0
-    #: Fetches still running when close() stopped waiting for them.
-    fetches_abandoned: int = 0
-    #: Commits that failed (automatic, or on revoke); the next one covers their offsets.
-    commit_failures: int = 0
-    #: Copies of blocks already handed out, dropped (dedup.enable), and their records.
-    duplicate_blocks_dropped: int = 0
-    duplicate_records_dropped: int = 0
-    #: Blocks older than the dedup window: delivered (they may be copies).
-    dedup_out_of_window: int = 0
-    record_counts: deque[int] = field(default_factory=lambda: deque(maxlen=100))
-
-
 @dataclass(eq=False)
 class Pending:
     """An object in the queue: its notification and its (running or finished) fetch.
@@ -106,9 +93,10 @@ class Pending:
 class Prefetcher:
     """The fetch pool, the queue of objects fetched ahead, and the current object.
 
-    ``reader(notification_topic)`` is the storage to fetch from, ``start(tp, offset)``
-    where to start inside an object (after a seek), ``on_skip`` is told of each object
-    skipped by the policy, ``dedup`` (if any) drops blocks already handed out.
+    ``reader(notification_topic)`` is the storage to fetch from, ``retention(...)`` its
+    topic's retention.ms, ``start(tp, offset)`` where to start inside an object (after a
+    seek), ``on_skip`` is told of each object skipped by a policy, ``dedup`` (if any)
+    drops blocks already handed out, ``clock`` is the wall clock (expiry).
     """
 
     def __init__(
@@ -121,9 +109,13 @@ class Prefetcher:
         stats: ConsumerStats,
         audit: bool,
         dedup: Deduplicator | None = None,
+        retention: Callable[[str], int | None] = lambda _t: None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self._config = config
         self._reader = reader
+        self._retention = retention
+        self._clock = clock
         self._start = start
         self._on_skip = on_skip
         self._stats = stats
@@ -144,6 +136,9 @@ class Prefetcher:
         self.backlog: deque[Polled] = deque()
         self._queued_bytes = 0
         self.current: Current | None = None
+        #: Partitions the application paused, and their objects in progress set aside.
+        self.paused: set[TP] = set()
+        self.parked: dict[TP, Current] = {}
 
     # --- fetching (the pool's side) -------------------------------------------------------
 
@@ -208,43 +203,115 @@ class Prefetcher:
         self.queue.append(Pending(tp, polled.offset, note, start, fut))
         self._queued_bytes += note.size
 
+    def _active(self) -> tuple[int, int]:
+        """Objects and bytes queued for partitions that are not paused."""
+        if not self.paused:
+            return len(self.queue), self._queued_bytes
+        held = [p for p in self.queue if p.tp in self.paused]
+        return len(self.queue) - len(held), self._queued_bytes - sum(p.size for p in held)
+
     def room(self) -> bool:
         """Whether another object may be fetched ahead."""
-        return (
-            len(self.queue) < self._config.prefetch_objects
-            and self._queued_bytes < self._config.prefetch_bytes
-        )
+        n, size = self._active()
+        return n < self._config.prefetch_objects and size < self._config.prefetch_bytes
 
-    def fill(self, feed: Feed, timeout: float) -> None:
+    def depth(self) -> tuple[int, int, int]:
+        """(objects queued, their bytes, notifications waiting in the backlog)."""
+        return len(self.queue), self._queued_bytes, len(self.backlog)
+
+    def fill(
+        self, feed: Feed, timeout: float, stale: Callable[[TP], bool] = lambda _tp: False
+    ) -> None:
         """Poll notifications (serving rebalances); prefetch as many objects as allowed.
 
-        Nothing polled is ever dropped: what does not fit waits in :attr:`backlog`.
+        Nothing polled is ever dropped, except what ``stale`` says Kafka read from where
+        the partition no longer is (a seek it has not taken yet: it reads them again from
+        the new position); what does not fit waits in :attr:`backlog`.
         """
         self._submit_backlog()
         if self.room():  # (so the backlog is empty)
             feed.resume()
-            polled = feed.poll(self._config.prefetch_objects - len(self.queue), timeout)
+            polled = feed.poll(self._config.prefetch_objects - self._active()[0], timeout)
         else:
             feed.pause()  # every assigned partition, including newly assigned ones
             polled = feed.poll(1, 0.0)  # serve the group; keep whatever comes anyway
-        self.backlog.extend(polled)
+        self.backlog.extend(p for p in polled if not stale((p.topic, p.partition)))
         self._submit_backlog()
 
     def _submit_backlog(self) -> None:
         while self.backlog and self.room():
             self.submit(self.backlog.popleft())
 
+    def _head(self) -> int | None:
+        """Index of the first queued object of a partition that is not paused."""
+        if not self.paused:
+            return 0 if self.queue else None
+        for i, p in enumerate(self.queue):
+            if p.tp not in self.paused:
+                return i
+        return None
+
+    def has_head(self) -> bool:
+        """Whether an object may come next: a parked one resumed, or one queued."""
+        return self._resumable() is not None or self._head() is not None
+
     def head_ready(self) -> bool:
-        """Whether the head object's fetch has finished (well or not)."""
-        if not self.queue:
+        """Whether the next object is ready: a parked one resumed, or a finished fetch
+        (well or not)."""
+        if self._resumable() is not None:
+            return True
+        i = self._head()
+        if i is None:
             return False
-        fut = self.queue[0].future
+        fut = self.queue[i].future
         return fut is None or fut.done()
 
-    def _pop(self) -> Pending:
-        head = self.queue.popleft()
+    def _pop(self, i: int) -> Pending:
+        head = self.queue[i]
+        del self.queue[i]
         self._queued_bytes -= head.size
         return head
+
+    # --- pausing ---------------------------------------------------------------------------
+
+    def pause(self, parts: set[TP]) -> None:
+        """Hand out nothing more of ``parts``: their object in progress is parked."""
+        self.paused |= parts
+        cur = self.current
+        if cur is not None and cur.pending.tp in parts:
+            self.parked[cur.pending.tp] = cur
+            self.current = None
+
+    def resume(self, parts: set[TP]) -> None:
+        self.paused -= parts
+
+    def _resumable(self) -> TP | None:
+        for tp in self.parked:
+            if tp not in self.paused:
+                return tp
+        return None
+
+    def unpark(self) -> bool:
+        """Make a parked object of a resumed partition current (it comes before anything
+        queued for its partition); False if there is none (or an object is current)."""
+        tp = self._resumable() if self.current is None else None
+        if tp is None:
+            return False
+        self.current = self.parked.pop(tp)
+        return True
+
+    def partitions(self) -> set[TP]:
+        """Every partition with something queued, polled, current or parked."""
+        return (
+            {p.tp for p in self.queue}
+            | {(p.topic, p.partition) for p in self.backlog}
+            | {c.pending.tp for c in self.in_progress()}
+        )
+
+    def in_progress(self) -> list[Current]:
+        """The current object and the parked ones."""
+        cur = self.current
+        return [*([cur] if cur is not None else []), *list(self.parked.values())]
 
     def take(self, timeout: float | None) -> Pending | None:
         """Wait up to ``timeout`` seconds for the head's fetch; then dequeue and return it.
@@ -255,12 +322,15 @@ class Prefetcher:
         time. A failure the policy does not skip is raised, and the object stays at the
         head (fetched again; a notification that does not decode raises again).
         """
-        head = self.queue[0]
+        i = self._head()
+        if i is None:
+            return None
+        head = self.queue[i]
         if head.future is None:  # a notification that does not decode
             assert head.error is not None
             if self._config.corrupt_object_policy == "skip":
-                self._pop()
-                self.skip_or_raise(head, head.error)
+                self._pop(i)
+                self._skip(head, head.error, "corrupt")
                 return head
             raise copy.copy(head.error)  # the same error each time, a fresh instance
         try:
@@ -268,17 +338,18 @@ class Prefetcher:
         except TimeoutError:
             return None
         except MemqError as e:
-            if isinstance(e, ObjectNotFoundError | CorruptObjectError) and (
-                self._config.corrupt_object_policy == "skip"
-            ):
-                self._pop()
-                self.skip_or_raise(head, e)
+            kind = self._skippable(head, e)
+            if kind is not None:
+                self._pop(i)
+                self._skip(head, self._expired_error(head) if kind == "expired" else e, kind)
                 return head
             # Leave it at the head for the next poll (fetched again, with a new deadline).
             assert head.notification is not None
             head.future = self._fetch(head.tp, head.offset, head.notification, head.start)
+            if self._expired(head):
+                raise self._expired_error(head) from e
             raise
-        self._pop()
+        self._pop(i)
         self._stats.bytes += fetched.bytes_read
         self._stats.fetch_seconds += fetched.seconds
         messages, blocks, tracked = fetched.messages, fetched.blocks, None
@@ -288,25 +359,46 @@ class Prefetcher:
             if admitted.dropped:  # audited as dropped copies, never as consumed
                 head.copies = [b for b in blocks if b.index in admitted.dropped]
                 blocks = [b for b in blocks if b.index not in admitted.dropped]
+            if admitted.trimmed:  # consumed: only the records not handed out before
+                cut = admitted.trimmed
+                blocks = [
+                    dataclasses.replace(b, records=b.records - cut.get(b.index, 0))
+                    for b in blocks
+                    if b.records > cut.get(b.index, 0)
+                ]
         head.blocks = blocks  # audited when the object is done
         if messages:  # else: everything before a seek position or time floor, or copies
             self.current = Current(head, messages, tracked, self._dedup)
         return head
 
-    def skip_or_raise(self, polled: Polled | Pending, err: MemqError) -> None:
-        """Apply ``corrupt.object.policy`` to a bad notification or object: raise, or skip it."""
-        note = polled.notification
-        where = f"{polled.tp if isinstance(polled, Pending) else (polled.topic, polled.partition)}"
-        if self._config.corrupt_object_policy == "fail":
-            raise err
-        kind = "missing" if isinstance(err, ObjectNotFoundError) else "corrupt"
-        if kind == "missing":
-            self._stats.skipped_missing += 1
-        else:
-            self._stats.skipped_corrupt += 1
-        log.warning("skipping %s object at %s offset %d: %s", kind, where, polled.offset, err)
-        if note is not None:
-            self._on_skip(note, err)
+    def _expired(self, head: Pending) -> bool:
+        note = head.notification
+        return note is not None and is_expired(
+            note, self._retention(head.tp[0]), int(self._clock() * 1000)
+        )
+
+    def _expired_error(self, head: Pending) -> MemqError:
+        retention = self._retention(head.tp[0])
+        assert head.notification is not None and retention is not None
+        return expired_error(head.notification, retention, int(self._clock() * 1000))
+
+    def _skippable(self, head: Pending, err: MemqError) -> str | None:
+        """The kind of skip the policies make of ``err`` (None: raise it)."""
+        if isinstance(err, ObjectNotFoundError) and self._expired(head):
+            return "expired" if self._config.missing_object_policy == "skip" else None
+        if self._config.corrupt_object_policy == "skip":
+            if isinstance(err, ObjectNotFoundError):
+                return "missing"
+            if isinstance(err, CorruptObjectError):
+                return "corrupt"
+        return None
+
+    def _skip(self, pending: Pending, err: MemqError, kind: str) -> None:
+        """Count, log and report an object (or notification) a policy skips."""
+        setattr(self._stats, f"skipped_{kind}", getattr(self._stats, f"skipped_{kind}") + 1)
+        log.warning("skipping %s object at %s offset %d: %s", kind, pending.tp, pending.offset, err)
+        if pending.notification is not None:
+            self._on_skip(pending.notification, err)
 
     def drop(self, parts: set[TP]) -> None:
         """Forget queued, polled and in-progress objects of ``parts`` (after revoke or seek)."""
@@ -321,7 +413,12 @@ class Prefetcher:
         self.queue = keep
         self.backlog = deque(p for p in self.backlog if (p.topic, p.partition) not in parts)
         if self.current is not None and self.current.pending.tp in parts:
+            self.current.left_midway()
             self.current = None
+        for tp in parts:
+            cur = self.parked.pop(tp, None)
+            if cur is not None:
+                cur.left_midway()
 
     def close(self, timeout: float) -> None:
         """Stop fetching: cancel queued fetches, wait up to ``timeout`` s for running ones.
@@ -336,6 +433,7 @@ class Prefetcher:
         self.queue.clear()
         self.backlog.clear()
         self.current = None
+        self.parked.clear()
         self._pool.shutdown(wait=False, cancel_futures=True)
         with self._lock:
             running = list(self._inflight)

@@ -6,6 +6,9 @@ floor), and moves the Kafka consumer there. Kafka refuses a seek right after an
 assignment, so seeks are kept pending and retried before every poll. A seek of every
 partition asked for before the group has assigned any is a *reset rule*, applied to the
 partitions of the next assignment.
+
+:func:`first_offset_at` is the one search of an offset by time (``Consumer.seek_to_time``,
+``Consumer.offsets_for_times``, ``memq group reset-offsets --to-datetime``).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from memq.consumer.fetcher import Start
 from memq.errors import MemqError
 from memq.formats.notification import Notification
 
-__all__ = ["Probe", "ResetRule", "SeekSource", "Seeker"]
+__all__ = ["Probe", "ResetRule", "SeekSource", "Seeker", "first_offset_at"]
 
 log = logging.getLogger(__name__)
 
@@ -63,10 +66,13 @@ class Seeker:
         restart: Callable[[TP, int], None],
         drop: Callable[[set[TP]], None],
         name: Callable[[str], str],
+        beginning: Callable[[TP], int] | None = None,
     ) -> None:
         self._restart = restart
         self._drop = drop
         self._name = name
+        #: Where "the beginning" of a partition is (default: its low watermark).
+        self._beginning = beginning
         self.source: SeekSource | None = None
         self.probe: Probe | None = None
         self._starts: dict[tuple[TP, int], Start] = {}  # where to start inside an object
@@ -81,17 +87,20 @@ class Seeker:
         """Where to start inside the object at ``offset`` of ``tp`` (asked once, when fetched)."""
         return self._starts.pop((tp, offset), None)
 
+    def start_at(self, tp: TP, offset: int, start: Start | None) -> None:
+        """``tp`` (being assigned) starts at ``offset``, inside that object at ``start``."""
+        self._restart(tp, offset)
+        if start is not None:
+            self._starts[(tp, offset)] = start
+
     def seek(self, tp: TP, offset: int, start: Start | None) -> None:
         """Continue assigned partition ``tp`` from ``offset`` (inside it from ``start``)."""
-        assert self.source is not None
-        if tp not in self.source.assignment():
+        if self.source is None or tp not in self.source.assignment():
             raise MemqError(
                 f"partition {tp[1]} of {self._name(tp[0])!r} is not assigned to this consumer"
             )
         self._drop({tp})
-        self._restart(tp, offset)
-        if start is not None:
-            self._starts[(tp, offset)] = start
+        self.start_at(tp, offset, start)
         self._pending[tp] = offset
         self.apply_pending()
 
@@ -105,6 +114,11 @@ class Seeker:
                 log.debug("seek %s to %d deferred: %s", tp, offset, e)
                 continue
             del self._pending[tp]
+
+    def is_pending(self, tp: TP) -> bool:
+        """Whether ``tp`` has a seek Kafka has not taken yet (what it returns for ``tp``
+        comes from the old position)."""
+        return tp in self._pending
 
     def revoked(self, parts: set[TP]) -> None:
         """``parts`` left this member: their pending seeks and start positions are void.
@@ -129,9 +143,7 @@ class Seeker:
         for tp in parts:
             offset, start = self._reset(tp)
             offsets[tp] = offset
-            self._restart(tp, offset)
-            if start is not None:
-                self._starts[(tp, offset)] = start
+            self.start_at(tp, offset, start)
         self._reset = None
         return offsets
 
@@ -139,7 +151,7 @@ class Seeker:
         """Apply ``rule`` to every assigned partition now, or on the next assignment
         (right after subscribe(), before the group has assigned anything)."""
         if self.source is None:
-            raise MemqError("subscribe() to a topic before seeking")
+            raise MemqError("subscribe() to a topic, or assign() partitions, before seeking")
         assigned = self.source.assignment()
         if not assigned:
             self._reset = rule
@@ -150,7 +162,8 @@ class Seeker:
     def to_beginning(self) -> None:
         assert self.probe is not None
         probe = self.probe
-        self.reset_all(lambda tp: (probe.watermarks(*tp)[0], None))
+        where = self._beginning or (lambda tp: probe.watermarks(*tp)[0])
+        self.reset_all(lambda tp: (where(tp), None))
 
     def to_end(self) -> None:
         assert self.probe is not None
@@ -164,32 +177,43 @@ class Seeker:
 
     def offset_for_time(self, tp: TP, ts: int) -> int:
         """The first offset of ``tp`` whose object reaches ``ts`` (its max timestamp >= ts)."""
-        assert self.source is not None and self.probe is not None
-        low, high = self.probe.watermarks(*tp)
-        hint = self.probe.offsets_for_time(tp[0], tp[1], ts, timeout=10)
-        if (
-            hint is not None
-            and low <= hint <= high
-            and self._is_first_at_or_after(tp, hint, ts, low)
-        ):
-            return hint
-        lo, hi = low, high  # first offset whose object reaches ts (max_timestamp >= ts)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            note = self.probe.read(tp[0], tp[1], mid)
-            if note is not None and note.max_timestamp < ts:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
-
-    def _is_first_at_or_after(self, tp: TP, offset: int, ts: int, low: int) -> bool:
-        """Whether ``offset`` is where ts begins: the object before it ends before ts."""
         assert self.probe is not None
-        at = self.probe.read(tp[0], tp[1], offset)
-        if at is not None and at.max_timestamp < ts:
-            return False
-        if offset == low:
-            return True
-        before = self.probe.read(tp[0], tp[1], offset - 1)
-        return before is not None and before.max_timestamp < ts
+        return first_offset_at(self.probe, tp[0], tp[1], ts)
+
+
+def first_offset_at(probe: Probe, topic: str, partition: int, ts: int) -> int:
+    """The first offset of the partition whose object reaches ``ts`` (max timestamp >= ts);
+    the end offset when none does.
+
+    Takes Kafka's ``offsets_for_times`` answer when it checks out (the object before it
+    ends before ts); otherwise (some Kafka-protocol brokers always answer 0) binary-searches
+    notification offsets by the max record timestamps notifications carry.
+    """
+    low, high = probe.watermarks(topic, partition)
+    hint = probe.offsets_for_time(topic, partition, ts, timeout=10)
+    if (
+        hint is not None
+        and low <= hint <= high
+        and _starts_at(probe, topic, partition, hint, ts, low)
+    ):
+        return hint
+    lo, hi = low, high
+    while lo < hi:
+        mid = (lo + hi) // 2
+        note = probe.read(topic, partition, mid)
+        if note is not None and note.max_timestamp < ts:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def _starts_at(probe: Probe, topic: str, partition: int, offset: int, ts: int, low: int) -> bool:
+    """Whether ``offset`` is where ts begins: the object before it ends before ts."""
+    at = probe.read(topic, partition, offset)
+    if at is not None and at.max_timestamp < ts:
+        return False
+    if offset == low:
+        return True
+    before = probe.read(topic, partition, offset - 1)
+    return before is not None and before.max_timestamp < ts

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel
 
-from memq.errors import ConfigError
+from memq.errors import ConfigError, ObjectNotFoundError
 
 if TYPE_CHECKING:
     from memq.config import StorageConfig
@@ -106,6 +106,15 @@ class StorageReader(ABC):
 
         Raises :class:`memq.errors.ObjectNotFoundError` when it does not exist.
         """
+
+    def exists(self, bucket: str, key: str) -> bool:
+        """Whether the object exists (a cheap check: readers override it with a HEAD or a
+        stat; this default reads its first byte)."""
+        try:
+            self.read(bucket, key, 0, 1)
+        except ObjectNotFoundError:
+            return False
+        return True
 
     @abstractmethod
     def list_objects(self, bucket: str, prefix: str) -> Iterator[ObjectInfo]:

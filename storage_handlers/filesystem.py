@@ -127,6 +127,9 @@ class FilesystemReader(StorageReader):
         except OSError as e:
             raise StorageError(f"cannot read {path}: {e}") from e
 
+    def exists(self, bucket: str, key: str) -> bool:
+        return _safe_path(self._root(bucket), key).is_file()
+
     def list_objects(self, bucket: str, prefix: str) -> Iterator[ObjectInfo]:
         root = self._root(bucket)
         base = prefix.rsplit("/", 1)[0] if "/" in prefix else ""

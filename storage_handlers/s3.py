@@ -314,6 +314,19 @@ class S3Reader(_S3Base, StorageReader):
         data: bytes = self._retrying(get, f"GET s3://{bucket}/{key}")
         return data
 
+    def exists(self, bucket: str, key: str) -> bool:
+        """HEAD the object."""
+
+        def head() -> bool:
+            self.client.head_object(Bucket=bucket, Key=key)
+            return True
+
+        try:
+            found: bool = self._retrying(head, f"HEAD s3://{bucket}/{key}")
+        except ObjectNotFoundError:
+            return False
+        return found
+
     def _pages(self, bucket: str, prefix: str, **extra: Any) -> Iterator[dict[str, Any]]:
         token: str | None = None
         while True:

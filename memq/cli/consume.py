@@ -13,7 +13,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from memq.cli.options import STATE_DIR, non_empty, positive, topic_name
+from memq.cli.options import STATE_DIR, positive, topic_name
+from memq.cli.produce import field_format, pairs, separator, usage_config
 from memq.errors import MemqError
 
 err = Console(stderr=True, soft_wrap=True)
@@ -65,17 +66,68 @@ def _use_state_dir(state_dir: Path | None) -> None:
         os.environ["MEMQ_STATE_DIR"] = str(state_dir)
 
 
+def _optional_name(value: str | None) -> str | None:
+    if value is not None and not value.strip():
+        raise typer.BadParameter("must not be empty")
+    return value
+
+
+def _message_id(value: str | None) -> str | None:
+    if value is not None:
+        from memq.consumer.message import MessageId
+
+        try:
+            MessageId.parse(value)
+        except MemqError as e:
+            raise typer.BadParameter(str(e)) from None
+    return value
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.2f} {unit}"
+        n /= 1000
+    raise AssertionError("unreachable")
+
+
 def consume(
     topic: str = typer.Option(..., "--topic", "-t", callback=topic_name, help="Topic to read."),
-    group: str = typer.Option(
-        "memq-cli",
+    group: str | None = typer.Option(
+        None,
         "--group",
         "-g",
-        callback=non_empty,
-        help="Consumer group (a Kafka group on the notification topic).",
+        callback=_optional_name,
+        help="Consumer group (a Kafka group on the notification topic): join it, start at "
+        "its committed offsets, commit. Without: read every partition (or --partition) "
+        "without a group, from the beginning (-X auto.offset.reset=latest: from the end), "
+        "committing nothing.",
+    ),
+    partition: int | None = typer.Option(
+        None,
+        "--partition",
+        "-p",
+        min=0,
+        help="Read only this partition, without joining the group (with --group: its "
+        "committed offset is where it starts, and progress is committed to it).",
+    ),
+    offset: int | None = typer.Option(
+        None,
+        "--offset",
+        "-o",
+        min=0,
+        help="With --partition: start at this notification offset (an object).",
+    ),
+    from_message_id: str | None = typer.Option(
+        None,
+        "--from-message-id",
+        callback=_message_id,
+        help="Start at this record, PARTITION:OFFSET:BLOCK:RECORD (the id of --format "
+        "json); reads that partition only.",
     ),
     from_beginning: bool = typer.Option(
-        False, help="Start at the oldest object of every partition."
+        False,
+        help="Start at the oldest object of every partition (that retention has not deleted).",
     ),
     from_time: str | None = typer.Option(
         None,
@@ -87,6 +139,28 @@ def consume(
     ),
     fmt: str = typer.Option(
         "raw", "--format", help="raw (values, one per line) or json (one object per line)."
+    ),
+    value_format: str | None = typer.Option(
+        None,
+        "--value-format",
+        callback=field_format,
+        show_default="raw",
+        help="--format raw: each value as is (raw) or base64-encoded (base64), one per line.",
+    ),
+    key_separator: str | None = typer.Option(
+        None,
+        "--key-separator",
+        "-K",
+        callback=separator,
+        help="--format raw: print KEY<SEP>VALUE lines (no key: an empty key), what "
+        "`memq produce --key-separator` reads.",
+    ),
+    key_format: str | None = typer.Option(
+        None,
+        "--key-format",
+        callback=field_format,
+        show_default="raw",
+        help="raw or base64: how --key-separator prints keys.",
     ),
     no_commit: bool = typer.Option(False, "--no-commit", help="Do not commit offsets."),
     timeout: float = typer.Option(
@@ -109,43 +183,85 @@ def consume(
     bootstrap: str | None = BOOTSTRAP,
     state_dir: Path | None = STATE_DIR,
 ) -> None:
-    """Print records of a topic. raw: each value on its own line; json: one object per line
-    with id (partition:offset:block:record), key, value (UTF-8 text, else null with
-    key_b64/value_b64), headers, timestamp. Progress on stderr (on a terminal: "joining
-    group ..." until the group assigns partitions); a summary at the end."""
+    """Print records of a topic. raw: each value on its own line (--value-format base64:
+    base64-encoded; --key-separator: KEY<SEP>VALUE, as `memq produce` reads them); json:
+    one object per line with id (partition:offset:block:record), key, value (UTF-8 text,
+    else null with key_b64/value_b64), headers, timestamp. Without --group it reads
+    without a consumer group (every partition, or --partition / --from-message-id) and
+    commits nothing; with --group it joins the group (or, with --partition, commits to
+    it) and commits what it printed, to the record. Progress on stderr (on a terminal:
+    "joining group ..." until the group assigns partitions); a summary at the end."""
     from memq import Consumer
-    from memq.jsonlines import record_json
+    from memq.consumer.config import ConsumerConfig
+    from memq.consumer.message import MessageId
+    from memq.jsonlines import record_json, record_line
 
     if fmt not in ("raw", "json"):
         raise typer.BadParameter("--format must be raw or json")
+    if fmt == "json" and (value_format or key_separator is not None or key_format):
+        raise typer.BadParameter(
+            "--value-format, --key-separator and --key-format shape --format raw lines; "
+            "json lines carry key, value and headers (binary ones as key_b64, value_b64, "
+            "headers_b64)"
+        )
+    if key_format is not None and key_separator is None:
+        raise typer.BadParameter("--key-format applies with --key-separator")
+    sep = key_separator.encode() if key_separator is not None else None
+    kfmt, vfmt = key_format or "raw", value_format or "raw"
+    start_id = MessageId.parse(from_message_id) if from_message_id is not None else None
+    if offset is not None and partition is None:
+        raise typer.BadParameter("--offset needs --partition (offsets are per partition)")
+    if offset is not None and start_id is not None:
+        raise typer.BadParameter("use --offset or --from-message-id, not both")
+    if start_id is not None and partition is not None and partition != start_id.partition:
+        raise typer.BadParameter(
+            f"--from-message-id {start_id} is of partition {start_id.partition}, "
+            f"not --partition {partition}"
+        )
+    if (offset is not None or start_id is not None) and (from_beginning or from_time):
+        raise typer.BadParameter(
+            "--offset/--from-message-id and --from-beginning/--from-time each say where to "
+            "start: use one"
+        )
+    if start_id is not None:
+        partition = start_id.partition
     _use_state_dir(state_dir)
     conf: dict[str, Any] = {
-        "group.id": group,
         "auto.offset.reset": "earliest",
         "enable.auto.commit": not no_commit,
     }
+    if group is not None:
+        conf["group.id"] = group
     if bootstrap:
         conf["bootstrap.servers"] = bootstrap
     else:  # the local stack: join its Kafka's group in seconds, not 23 s
         conf.update(LOCAL_GROUP_SETTINGS)
-    for prop in props:
-        k, sep, v = prop.partition("=")
-        if not sep or not k.strip():
-            raise typer.BadParameter(f"-X {prop!r}: use KEY=VALUE")
-        conf[k.strip()] = v.strip()
+    conf.update(pairs(props, "-X", shape="KEY=VALUE", strip_value=True))
+    usage_config(ConsumerConfig, conf)  # a typo'd -X key: one line, before anything runs
     start_ms = parse_time(from_time) if from_time is not None else None
     c = Consumer(conf)
-    c.subscribe(topic)
+    joins = group is not None and partition is None  # else: no join, no waiting for one
+    if partition is not None:
+        c.assign([(topic, partition, start_id if start_id is not None else offset)])
+    elif group is None:
+        c.assign([(topic, p) for p in c.partitions_for(topic)])
+    else:
+        c.subscribe(topic)
     if from_beginning:
         c.seek_to_beginning()
     elif start_ms is not None:
         c.seek_to_time(start_ms)
     out = sys.stdout
     n = nbytes = 0
+    #: Records printed per object (partition, offset): what a commit covers, or not.
+    printed: dict[tuple[int, int], int] = {}
     t0 = time.monotonic()
-    last: float | None = None  # the idle clock starts once the group assigned partitions
+    # The idle clock starts once the group assigned partitions (at once without a group).
+    last: float | None = None if joins else t0
     tty = err.is_terminal
-    joining = err.status(f"joining group {group!r} for topic {topic!r}...") if tty else None
+    joining = (
+        err.status(f"joining group {group!r} for topic {topic!r}...") if tty and joins else None
+    )
     if joining is not None:
         joining.start()
     try:
@@ -171,8 +287,12 @@ def consume(
                 if fmt == "json":
                     out.write(record_json(str(m.id), m.key, m.value, m.headers, m.timestamp) + "\n")
                 else:
-                    out.buffer.write(m.value + b"\n")
+                    key = m.key if sep is not None else None
+                    out.buffer.write(
+                        record_line(key, m.value, sep, key_format=kfmt, value_format=vfmt)
+                    )
                 nbytes += len(m.value)
+                printed[(m.partition, m.offset)] = printed.get((m.partition, m.offset), 0) + 1
             n += len(batch)
             if tty:
                 err.print(f"\r{n:,} records, {n / (time.monotonic() - t0):,.0f}/s", end="")
@@ -182,22 +302,53 @@ def consume(
     finally:
         if joining is not None:
             joining.stop()
-        if not no_commit:
-            c.commit()
+        committed = _commit(c, topic, group, no_commit, printed)
         elapsed = time.monotonic() - t0
         stats = c.stats
         c.close()
     if tty:
         err.print()
-    t = Table(title=f"memq consume {topic} (group {group})", show_header=False)
+    where = f"group {group}" if group is not None else "no group"
+    if partition is not None:
+        where += f", partition {partition}"
+    t = Table(title=f"memq consume {topic} ({where})", show_header=False)
     t.add_row("records", f"{n:,}")
-    t.add_row("bytes", f"{nbytes / 1e6:,.2f} MB of values")
-    t.add_row("objects", f"{stats.objects:,} ({stats.bytes / 1e6:,.2f} MB fetched)")
+    t.add_row("bytes", f"{_size(nbytes)} of values")
+    t.add_row("objects", f"{len(printed):,} read from ({_size(stats.bytes)} fetched)")
     t.add_row("time", f"{elapsed:.1f} s, {n / elapsed if elapsed else 0:,.0f} records/s")
-    if stats.skipped_missing or stats.skipped_corrupt:
-        t.add_row("skipped", f"{stats.skipped_missing} missing, {stats.skipped_corrupt} corrupt")
-    t.add_row("committed", "no (--no-commit)" if no_commit else "yes")
+    if stats.skipped_missing or stats.skipped_corrupt or stats.skipped_expired:
+        t.add_row(
+            "skipped",
+            f"{stats.skipped_missing} missing, {stats.skipped_corrupt} corrupt, "
+            f"{stats.skipped_expired} expired (past retention)",
+        )
+    t.add_row("committed", committed)
     err.print(t)
+
+
+def _commit(
+    c: Any, topic: str, group: str | None, no_commit: bool, printed: dict[tuple[int, int], int]
+) -> str:
+    """Commit what was printed; say plainly what that covers."""
+    if no_commit:
+        return "no (--no-commit)"
+    if group is None:
+        return "no (no --group: nothing to commit to)"
+    try:
+        offsets = c.commit()
+    except MemqError as e:
+        return f"failed: {e}"
+    # Objects printed in part: the commit is at that object (with its next record's
+    # position in the commit metadata, which not every Kafka keeps).
+    inside = sum(printed.get((p, o), 0) for (t, p), o in offsets.items() if t == topic)
+    if not inside:
+        return "yes"
+    if c.precise_commits:
+        return "yes, to the last record printed"
+    return (
+        f"up to the last whole object: this Kafka drops commit metadata, so the {inside:,} "
+        "records printed of the current object will be read again"
+    )
 
 
 def _reader_for(uri: str, storage: dict[str, Any]) -> tuple[Any, str, str]:

@@ -119,8 +119,8 @@ def test_consume_on_the_local_stack_joins_fast_and_says_so(
     # No -X: the CLI passes the short session settings itself on the local stack.
     # FORCE_COLOR makes stderr a terminal for rich: the "joining group" status shows.
     proc = memq(
-        memq_stack, "consume", "--topic", topic, "--from-beginning", "--max", "10",
-        FORCE_COLOR="1",
+        memq_stack, "consume", "--topic", topic, "--group", "memq-cli", "--from-beginning",
+        "--max", "10", FORCE_COLOR="1",
     )  # fmt: skip
     took = time.monotonic() - t0
     assert proc.returncode == 0, proc.stderr

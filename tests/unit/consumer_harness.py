@@ -5,10 +5,13 @@
   implementing what the consumer uses of ``NotificationSource``
   (``memq.consumer.notifications.GroupMember``): rebalances are scripted
   (:meth:`FakeMember.assign`, :meth:`~FakeMember.revoke`, :meth:`~FakeMember.lose`) and
-  delivered, like librdkafka's, inside the next ``poll``; pause is per partition and a
-  newly assigned partition is not paused; a seek right after an assignment is refused
-  until the partition was polled once; commits can be made to fail, and a commit during
-  ``on_lost`` is refused (the member's generation is stale) and counted.
+  delivered, like librdkafka's, inside the next ``poll``; partitions can also be assigned
+  without a group (``assign_partitions``); pause is per partition (the prefetcher's flow
+  control and the application's, separately) and a newly assigned partition is not
+  paused; a seek right after an assignment is refused until the partition was polled
+  once; commits keep their metadata (a record position) unless ``drop_metadata``; they
+  can be made to fail, and a commit during ``on_lost`` is refused (the member's
+  generation is stale) and counted.
 * :class:`MemoryStorage` is a ``StorageReader`` over real batch objects built with
   ``memq.formats`` (:class:`Objects`), with transient failures, missing objects, gates
   (a fetch that waits until released) and delays.
@@ -31,6 +34,7 @@ from typing import Any
 
 from memq.consumer import Consumer, Message
 from memq.consumer.notifications import AssignCallback, PartitionsCallback, Polled
+from memq.consumer.offsets import OffsetAndMetadata, decode_position
 from memq.errors import MemqFormatError, NotificationError, ObjectNotFoundError, StorageError
 from memq.formats import BatchBuilder, Compression, Notification, encode_block, verify_block
 from memq.formats.notification import decode_notification, encode_notification
@@ -83,11 +87,11 @@ class Objects:
     def __init__(self) -> None:
         self._n = 0
 
-    def build(self, blocks: list[Block]) -> tuple[Stored, bytes]:
+    def build(self, blocks: list[Block], created_at: int | None = None) -> tuple[Stored, bytes]:
         self._n += 1
         key = f"obj-{self._n:05d}"
         builder = BatchBuilder(1 << 20, max_blocks=64)
-        ts = 1_800_000_000_000 + self._n * 1000
+        ts = 1_800_000_000_000 + self._n * 1000 if created_at is None else created_at
         for b in blocks:
             data = encode_block(
                 [(ts + i, None, v, None) for i, v in enumerate(b.values)],
@@ -188,7 +192,10 @@ class FakeKafka:
     def __init__(self, partitions: int) -> None:
         self.logs: dict[TP, list[bytes]] = {tp(p): [] for p in range(partitions)}
         self.committed: dict[TP, int] = {}
-        self.commit_log: list[tuple[TP, int]] = []
+        self.metadata: dict[TP, str] = {}  # commit metadata (a record position)
+        #: (partition, offset, metadata) of every commit.
+        self.commit_log: list[tuple[TP, int, str]] = []
+        self.drop_metadata = False  # like some Kafka-protocol brokers
 
     def publish(self, partition: int, raw: bytes) -> int:
         log = self.logs[tp(partition)]
@@ -203,7 +210,9 @@ class FakeMember:
         self.kafka = kafka
         self.reset = reset
         self.positions: dict[TP, int] = {}  # assigned partitions and their positions
-        self.paused: set[TP] = set()
+        self.paused: set[TP] = set()  # flow control (the prefetch queue is full)
+        self.held: set[TP] = set()  # paused by the application
+        self.manual = False  # assigned without a group
         self.fetching: set[TP] = set()  # polled since assigned (seeks are accepted)
         self.events: deque[tuple[str, list[TP]]] = deque()
         self.fail_commits = 0  # the next n commits fail
@@ -260,6 +269,7 @@ class FakeMember:
             for p in mine:
                 del self.positions[p]
                 self.paused.discard(p)
+                self.held.discard(p)
                 self.fetching.discard(p)
 
     # GroupMember
@@ -271,7 +281,33 @@ class FakeMember:
         on_lost: PartitionsCallback,
     ) -> None:
         assert topics == [NOTE_TOPIC]
+        assert not self.manual, "subscribe() after assign_partitions()"
         self._on_assign, self._on_revoke, self._on_lost = on_assign, on_revoke, on_lost
+
+    def unsubscribe(self) -> None:
+        """Leave the group: the partitions are revoked (the consumer closes this member
+        next, which is where librdkafka serves that revocation)."""
+        self.revoke(sorted(self.positions))
+        self._serve()
+        self._on_assign = self._on_revoke = self._on_lost = None
+
+    def assign_partitions(self, offsets: dict[TP, int]) -> None:
+        assert self._on_assign is None, "assign_partitions() while subscribed"
+        self.manual = True
+        self.positions = {}
+        self.fetching.clear()
+        self.paused.clear()
+        self.held &= set(offsets)
+        for p, o in offsets.items():
+            end = len(self.kafka.logs[p])
+            self.positions[p] = {-2: 0, -1: end}.get(o, o)
+
+    def unassign(self) -> None:
+        self.positions.clear()
+        self.paused.clear()
+        self.held.clear()
+        self.fetching.clear()
+        self.manual = False
 
     def poll(self, max_records: int, timeout: float) -> list[Polled]:
         assert not self.closed
@@ -282,7 +318,9 @@ class FakeMember:
             ready = [
                 p
                 for p in parts
-                if p not in self.paused and self.positions[p] < len(self.kafka.logs[p])
+                if p not in self.paused
+                and p not in self.held
+                and self.positions[p] < len(self.kafka.logs[p])
             ]
             if not ready:
                 break
@@ -300,7 +338,7 @@ class FakeMember:
             time.sleep(min(timeout, 0.001))
         return out
 
-    def commit(self, offsets: dict[TP, int], *, asynchronous: bool) -> None:
+    def commit(self, offsets: dict[TP, OffsetAndMetadata], *, asynchronous: bool) -> None:
         if self._losing:
             self.commits_while_lost += 1
             raise NotificationError("commit refused: this member's generation is stale")
@@ -308,12 +346,19 @@ class FakeMember:
             self.fail_commits -= 1
             self.commit_failures += 1
             raise NotificationError("injected commit failure")
-        for p, o in offsets.items():
-            self.kafka.committed[p] = o
-            self.kafka.commit_log.append((p, o))
+        for p, m in offsets.items():
+            meta = "" if self.kafka.drop_metadata else m.metadata
+            self.kafka.committed[p] = m.offset
+            self.kafka.metadata[p] = meta
+            self.kafka.commit_log.append((p, m.offset, meta))
 
-    def committed(self, parts: list[TP], timeout: float) -> dict[TP, int | None]:
-        return {p: self.kafka.committed.get(p) for p in parts}
+    def committed(self, parts: list[TP], timeout: float) -> dict[TP, OffsetAndMetadata | None]:
+        return {
+            p: OffsetAndMetadata(self.kafka.committed[p], self.kafka.metadata.get(p, ""))
+            if p in self.kafka.committed
+            else None
+            for p in parts
+        }
 
     def assignment(self) -> list[TP]:
         return sorted(self.positions)
@@ -329,6 +374,15 @@ class FakeMember:
 
     def resume(self) -> None:
         self.paused.clear()
+
+    def pause_partitions(self, parts: list[TP]) -> None:
+        self.held.update(parts)
+
+    def resume_partitions(self, parts: list[TP]) -> None:
+        self.held.difference_update(parts)
+
+    def high_watermarks(self) -> dict[TP, int]:
+        return {p: len(self.kafka.logs[p]) for p in list(self.positions)}
 
     def close(self) -> None:
         self.closed = True
@@ -355,9 +409,12 @@ class FakeProbe:
 class FakeConnector:
     """``Consumer.connector`` over the fakes."""
 
-    def __init__(self, kafka: FakeKafka, storage: MemoryStorage) -> None:
+    def __init__(
+        self, kafka: FakeKafka, storage: MemoryStorage, retention_ms: int | None = None
+    ) -> None:
         self.kafka = kafka
         self.storage = storage
+        self.retention_ms = retention_ms
         self.members: list[FakeMember] = []
 
     def metadata(
@@ -371,7 +428,12 @@ class FakeConnector:
                 TOPIC: TopicMetadata(
                     name=TOPIC,
                     storage={"type": "memory"},
-                    notification={"topic": NOTE_TOPIC, "bootstrap_servers": "fake:9092"},
+                    notification={
+                        "topic": NOTE_TOPIC,
+                        "bootstrap_servers": "fake:9092",
+                        "partitions": len(self.kafka.logs),
+                    },
+                    retention_ms=self.retention_ms,
                 )
             },
         )
@@ -425,6 +487,10 @@ class Harness:
     partitions: int = 2
     config: dict[str, Any] = field(default_factory=dict)
     audit: bool = False
+    #: The topic's retention.ms (None: forever).
+    retention_ms: int | None = None
+    #: Join the group at once (else: call ``consumer.subscribe``/``assign`` yourself).
+    subscribe: bool = True
 
     def __post_init__(self) -> None:
         self.kafka = FakeKafka(self.partitions)
@@ -446,10 +512,15 @@ class Harness:
         if self.audit:
             self.spy = AuditSpy()
             self.consumer._audit = self.spy  # type: ignore[assignment]
-        self.connector = FakeConnector(self.kafka, self.storage)
+        self.connector = FakeConnector(self.kafka, self.storage, self.retention_ms)
         self.consumer.connector = self.connector
-        self.consumer.subscribe(TOPIC)
-        (self.member,) = self.connector.members
+        if self.subscribe:
+            self.consumer.subscribe(TOPIC)
+
+    @property
+    def member(self) -> FakeMember:
+        """The consumer's (latest) Kafka consumer."""
+        return self.connector.members[-1]
 
     # publishing
     def block(self, producer_id: int = 1, records: int = 3, epoch: int = 0) -> Block:
@@ -458,8 +529,10 @@ class Harness:
         self._seq[producer_id] += 1
         return Block(producer_id, epoch, seq, records)
 
-    def publish(self, partition: int, blocks: list[Block] | None = None) -> Stored:
-        stored, data = self.objects.build(blocks or [self.block()])
+    def publish(
+        self, partition: int, blocks: list[Block] | None = None, created_at: int | None = None
+    ) -> Stored:
+        stored, data = self.objects.build(blocks or [self.block()], created_at)
         self.storage.objects[stored.key] = data
         off = self.kafka.publish(partition, encode_notification(stored.notification))
         self.stored[(tp(partition), off)] = stored
@@ -528,14 +601,35 @@ class Harness:
         """No commit ever passed a record that was not handed out (nor explicitly skipped)."""
         seen = self.handed_out()
         skipped = set(self.skipped_keys)
-        for p, off in self.kafka.commit_log[self._checked :]:
-            for o in range(off):
+        for p, off, meta in self.kafka.commit_log[self._checked :]:
+            start = decode_position(meta)
+            for o in range(off + (start is not None)):
                 stored = self.stored.get((p, o))
                 if stored is None or stored.key in skipped:
                     continue  # garbage (skipped or raised) or explicitly skipped
-                missing = [v for v in stored.values if v not in seen]
-                assert not missing, f"commit {p}@{off} passes {stored.key}@{o}: {missing[:3]}"
+                values = stored.values
+                if o == off and start is not None:  # committed inside it: before that record
+                    values = before(stored, start.block, start.record)
+                missing = [v for v in values if v not in seen]
+                assert not missing, (
+                    f"commit {p}@{off}:{meta} passes {stored.key}@{o}: {missing[:3]}"
+                )
         self._checked = len(self.kafka.commit_log)
+
+    def committed_records(self) -> set[bytes]:
+        """The records the group's commits cover (everything before them)."""
+        out: set[bytes] = set()
+        for p, off in self.kafka.committed.items():
+            start = decode_position(self.kafka.metadata.get(p, ""))
+            for o in range(off + (start is not None)):
+                stored = self.stored.get((p, o))
+                if stored is not None:
+                    out.update(
+                        before(stored, start.block, start.record)
+                        if o == off and start is not None
+                        else stored.values
+                    )
+        return out
 
     def check_at_least_once(self) -> None:
         """Every record published was handed out, unless its object was explicitly skipped."""
@@ -553,5 +647,17 @@ class Harness:
     def close(self) -> None:
         for gate in self.storage.gates.values():
             gate.set()
-        self.member.fail_commits = 0  # (the final commit is not what a test checks)
+        for member in self.connector.members:
+            member.fail_commits = 0  # (the final commit is not what a test checks)
         self.consumer.close()
+
+
+def before(stored: Stored, block: int, record: int) -> list[bytes]:
+    """The values of ``stored`` before record ``record`` of block ``block``."""
+    out: list[bytes] = []
+    for i, b in enumerate(stored.blocks):
+        if i < block:
+            out += b.values
+        elif i == block:
+            out += b.values[:record]
+    return out

@@ -360,6 +360,8 @@ STEPS: dict[str, st.SearchStrategy[tuple[Any, ...]]] = {
     "lose": st.tuples(st.just("lose"), parts_st),
     "other": st.tuples(st.just("other"), part_st, st.integers(1, 3)),
     "missing": st.tuples(st.just("missing")),
+    "pause": st.tuples(st.just("pause"), part_st),
+    "resume": st.tuples(st.just("resume"), part_st),
 }
 #: One member's world, weighted towards publishing and consuming.
 ONE_MEMBER = [
@@ -375,6 +377,8 @@ ONE_MEMBER = [
     "release",
     "commit",
     "fail_commit",
+    "pause",
+    "resume",
 ]
 #: Plus other members consuming partitions this one lost, and deleted objects.
 GROUP = [*ONE_MEMBER, "other", "other", "missing"]
@@ -439,7 +443,12 @@ def run_script(h: Harness, steps: list[tuple[Any, ...]], data: st.DataObject) ->
             h.member.revoke([tp(p) for p in step[1]])
         elif kind == "other":
             other_member_reads(h, step[1], step[2])
+        elif kind == "pause" and tp(step[1]) in h.member.positions:
+            h.consumer.pause([(TOPIC, step[1])])
+        elif kind == "resume" and (TOPIC, step[1]) in h.consumer.paused():
+            h.consumer.resume([(TOPIC, step[1])])
         h.check_commits()
+    h.consumer.resume(h.consumer.paused())
     h.member.fail_commits = 0
     for gate in h.storage.gates.values():
         gate.set()
@@ -466,7 +475,7 @@ def other_member_reads(h: Harness, part: int, n: int) -> None:
         else:
             h.skipped_keys.append(s.key)  # its skip policy, explicitly
     h.kafka.committed[p] = end
-    h.kafka.commit_log.append((p, end))
+    h.kafka.commit_log.append((p, end, ""))
 
 
 SETTINGS = settings(
