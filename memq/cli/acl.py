@@ -10,8 +10,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from memq.cli.admin import BOOTSTRAP, _admin
-from memq.cli.options import STATE_DIR
+from memq.cli.admin import _admin
+from memq.cli.options import BOOTSTRAP, STATE_DIR
 
 __all__ = ["app"]
 

@@ -12,7 +12,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from memq.cli.options import STATE_DIR, positive, topic_name
+from memq.cli.options import BOOTSTRAP, JSON, STATE_DIR, positive, topic_name
 
 topic_app = typer.Typer(
     help="Create, inspect, change and delete topics (clustered brokers).", no_args_is_help=True
@@ -22,14 +22,6 @@ cluster_app = typer.Typer(
 )
 err = Console(stderr=True, soft_wrap=True)
 
-BOOTSTRAP = typer.Option(
-    None,
-    "--bootstrap-servers",
-    "-b",
-    envvar="MEMQ_BOOTSTRAP",
-    help="Brokers host:port,... (default: the local stack).",
-)
-JSON = typer.Option(False, "--json", help="Print machine-readable JSON.")
 SET = typer.Option(
     [], "--set", help="Topic setting KEY=VALUE with a dotted key, e.g. batch.ms=500 (repeatable)."
 )

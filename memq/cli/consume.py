@@ -13,19 +13,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from memq.cli.options import STATE_DIR, positive, topic_name
+from memq.cli.options import BOOTSTRAP, STATE_DIR, positive, topic_name
 from memq.cli.produce import field_format, pairs, separator, usage_config
 from memq.errors import MemqError
 
 err = Console(stderr=True, soft_wrap=True)
-
-BOOTSTRAP = typer.Option(
-    None,
-    "--bootstrap-servers",
-    "-b",
-    envvar="MEMQ_BOOTSTRAP",
-    help="Brokers host:port,... (default: the local stack).",
-)
 
 
 def parse_time(text: str) -> int:

@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from memq.cli.options import STATE_DIR
+from memq.cli.options import BOOTSTRAP, JSON, STATE_DIR
 
 app = typer.Typer(
     help="Consumer groups: list, describe (members, committed offsets, lag), reset offsets, "
@@ -20,15 +20,6 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 err = Console(stderr=True, soft_wrap=True)
-
-BOOTSTRAP = typer.Option(
-    None,
-    "--bootstrap-servers",
-    "-b",
-    envvar="MEMQ_BOOTSTRAP",
-    help="Brokers host:port,... (default: the local stack).",
-)
-JSON = typer.Option(False, "--json", help="Print machine-readable JSON.")
 
 
 def _admin(bootstrap: str | None, state_dir: Path | None) -> Any:

@@ -66,3 +66,13 @@ def non_empty(value: str) -> str:
     if not value.strip():
         raise typer.BadParameter("must not be empty")
     return value
+
+
+BOOTSTRAP = typer.Option(
+    None,
+    "--bootstrap-servers",
+    "-b",
+    envvar="MEMQ_BOOTSTRAP",
+    help="Brokers host:port,... (default: the local stack).",
+)
+JSON = typer.Option(False, "--json", help="Print machine-readable JSON.")

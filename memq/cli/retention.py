@@ -11,7 +11,7 @@ from typing import Any
 import typer
 from rich.console import Console
 
-from memq.cli.options import STATE_DIR, topic_name
+from memq.cli.options import BOOTSTRAP, JSON, STATE_DIR, topic_name
 
 __all__ = ["app", "delete_topic", "kafka_view"]
 
@@ -20,15 +20,6 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 err = Console(stderr=True, soft_wrap=True, highlight=False)
-
-BOOTSTRAP = typer.Option(
-    None,
-    "--bootstrap-servers",
-    "-b",
-    envvar="MEMQ_BOOTSTRAP",
-    help="Brokers host:port,... (default: the local stack).",
-)
-JSON = typer.Option(False, "--json", help="Print machine-readable JSON.")
 
 
 def _admin(bootstrap: str | None, state_dir: Path | None) -> Any:
