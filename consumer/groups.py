@@ -26,7 +26,7 @@ from memq.consumer.notifications import NotificationProbe
 from memq.consumer.seeking import first_offset_at
 from memq.errors import InvalidRequestError, MemqError, NotificationError, UnknownTopicError
 
-__all__ = ["GroupAdmin", "LagCollector", "PartitionLag", "ResetPlan", "first_offset_at"]
+__all__ = ["GroupAdmin", "LagCollector", "PartitionLag", "ResetPlan"]
 
 #: Group states in which members are active (offsets must not be changed then).
 _LIVE = {"stable", "preparing_rebalance", "completing_rebalance"}
