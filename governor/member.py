@@ -90,6 +90,7 @@ class ClusterMember:
         self._reporter: threading.Thread | None = None
         self._brokers: dict[str, BrokerRecord] = {}
         self._topics: dict[str, TopicConfig] = {}
+        self._watched: set[str] = set()  # topics with a data watch installed
         self._assignment = AssignmentRecord()
         self._lock = threading.Lock()
         self._reregister = threading.Event()
@@ -290,9 +291,10 @@ class ClusterMember:
         if self._stopping:
             return False
         for name in children:
-            if name not in self._topics:
+            if name not in self._watched:
                 try:
                     self.zk.DataWatch(self.layout.topic(name), self._topic_watch(name))
+                    self._watched.add(name)
                 except Exception as e:
                     log.debug("watching topic %s: %s", name, e)
         with self._lock:
@@ -309,6 +311,7 @@ class ClusterMember:
             if data is None:  # deleted
                 with self._lock:
                     self._topics.pop(name, None)
+                    self._watched.discard(name)
                 self._apply()
                 return False
             try:
@@ -459,7 +462,14 @@ class ClusterMember:
             data, _ = read_json(self.zk, self.layout.topic(name))
             return TopicConfig.model_validate(data)
         log.info("topic %s created", name)
-        return cfg.without_secrets()
+        return self._remember(name, cfg.without_secrets())
+
+    def _remember(self, name: str, cfg: TopicConfig) -> TopicConfig:
+        """Read your writes: this broker's answers (metadata, describe) show a topic it
+        just created or changed at once, before ZooKeeper's watch reports it."""
+        with self._lock:
+            self._topics[name] = cfg
+        return cfg
 
     def _update(self, name: str, settings: dict[str, Any]) -> TopicConfig:
         from kazoo.exceptions import BadVersionError
@@ -484,7 +494,7 @@ class ClusterMember:
             self.zk.set(self.layout.topic(name), dumps(cfg.without_secrets()), version=stat.version)
         except BadVersionError:
             raise CoordinationError(f"topic {name!r} changed concurrently: retry") from None
-        return cfg.without_secrets()
+        return self._remember(name, cfg.without_secrets())
 
     def _delete(self, name: str) -> None:
         from kazoo.exceptions import NoNodeError
