@@ -60,6 +60,25 @@ def parse_where(topic: str, partition: int, where: Where) -> tuple[int | None, S
     return where, None
 
 
+def notification_consumer_conf(c: ConsumerConfig, bootstrap: str) -> dict[str, Any]:
+    """librdkafka settings of the notification consumer (the user's ``kafka`` win)."""
+    return {
+        "bootstrap.servers": bootstrap,
+        "group.id": c.group_id or GROUPLESS,
+        "auto.offset.reset": c.auto_offset_reset,
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "session.timeout.ms": c.session_timeout_ms,
+        "heartbeat.interval.ms": c.heartbeat_interval_ms,
+        # librdkafka waits up to 500 ms per empty fetch; a broker that does not answer
+        # a waiting fetch as soon as data arrives (Tansu here: p50 141 ms, p90 251 ms
+        # from produce to poll at 500, 15/52 ms at 100) adds that to end-to-end
+        # latency. Ten empty fetches a second per broker cost nothing.
+        "fetch.wait.max.ms": 100,
+        **c.kafka,
+    }
+
+
 class Membership:
     """The Kafka consumer and probe, subscription or assignment, rebalance callbacks."""
 
@@ -98,17 +117,7 @@ class Membership:
     # --- Kafka clients ----------------------------------------------------------------
 
     def kafka_conf(self, bootstrap: str) -> dict[str, Any]:
-        c = self._config
-        return {
-            "bootstrap.servers": bootstrap,
-            "group.id": c.group_id or GROUPLESS,
-            "auto.offset.reset": c.auto_offset_reset,
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "session.timeout.ms": c.session_timeout_ms,
-            "heartbeat.interval.ms": c.heartbeat_interval_ms,
-            **c.kafka,
-        }
+        return notification_consumer_conf(self._config, bootstrap)
 
     def resolve(self, names: list[str]) -> list[str]:
         """The notification topics of ``names`` (metadata asked once per topic); the
