@@ -15,7 +15,10 @@ Offsets are reset only while the group has no active member, as Kafka's
 
 from __future__ import annotations
 
+import fnmatch
+import logging
 import time
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -26,7 +29,9 @@ from memq.consumer.notifications import NotificationProbe
 from memq.consumer.seeking import first_offset_at
 from memq.errors import InvalidRequestError, MemqError, NotificationError, UnknownTopicError
 
-__all__ = ["GroupAdmin", "LagCollector", "PartitionLag", "ResetPlan"]
+__all__ = ["GroupAdmin", "GroupLag", "LagCollector", "PartitionLag", "ResetPlan"]
+
+log = logging.getLogger(__name__)
 
 #: Group states in which members are active (offsets must not be changed then).
 _LIVE = {"stable", "preparing_rebalance", "completing_rebalance"}
@@ -44,6 +49,47 @@ class PartitionLag:
     lag_records: int
     lag_seconds: float | None
     records_estimated: bool = False
+
+
+@dataclass
+class GroupLag:
+    """One group's lag on one topic: its partitions and their totals."""
+
+    group: str
+    state: str
+    topic: str
+    partitions: list[PartitionLag]
+
+    @property
+    def lag_objects(self) -> int:
+        return sum(p.lag_objects for p in self.partitions)
+
+    @property
+    def lag_records(self) -> int:
+        return sum(p.lag_records for p in self.partitions)
+
+    @property
+    def lag_seconds(self) -> float | None:
+        """The oldest pending record's age over the partitions (None: nothing pending)."""
+        ages = [p.lag_seconds for p in self.partitions if p.lag_seconds is not None]
+        return max(ages) if ages else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "group": self.group,
+            "state": self.state,
+            "topic": self.topic,
+            "lag_objects": self.lag_objects,
+            "lag_records": self.lag_records,
+            "lag_seconds": self.lag_seconds,
+            "records_estimated": any(p.records_estimated for p in self.partitions),
+            # Offsets of partitions without a commit count from their start (as lag does).
+            "committed": sum(
+                p.committed if p.committed is not None else p.start for p in self.partitions
+            ),
+            "end": sum(p.end for p in self.partitions),
+            "partitions": [asdict(p) for p in self.partitions],
+        }
 
 
 @dataclass
@@ -148,8 +194,9 @@ class GroupAdmin:
                 "stop them first (a live group would overwrite the offsets with its commits)"
             )
 
-    def list_groups(self) -> list[dict[str, Any]]:
-        """Groups that committed offsets on some MemQ topic, with those topics."""
+    def list_groups(self, match: Callable[[str], bool] | None = None) -> list[dict[str, Any]]:
+        """Groups that committed offsets on some MemQ topic, with those topics (only the
+        groups whose id ``match`` accepts, when given)."""
         admin = self._admin()
         self._load(None)
         try:
@@ -158,6 +205,8 @@ class GroupAdmin:
             raise NotificationError(f"listing consumer groups failed: {e}") from e
         out = []
         for g in sorted(listed, key=lambda g: g.group_id):
+            if match is not None and not match(g.group_id):
+                continue
             topics = sorted({self._names[t] for t, _ in self._committed(admin, g.group_id)
                              if t in self._names})  # fmt: skip
             if topics:
@@ -181,11 +230,8 @@ class GroupAdmin:
                 f"group {group!r} has no committed offsets on any MemQ topic: check the name "
                 "(memq group list)"
             )
-        probe = self._probe()
-        try:
-            out_topics = {t: [asdict(p) for p in self._lags(probe, t, committed)] for t in topics}
-        finally:
-            probe.close()
+        lags = self._measure(topics, committed)
+        out_topics = {t: [asdict(p) for p in parts] for t, parts in lags.items()}
         state, members = self._describe(admin, group)
         return {
             "group": group,
@@ -195,6 +241,20 @@ class GroupAdmin:
             "lag_objects": sum(p["lag_objects"] for ps in out_topics.values() for p in ps),
             "lag_records": sum(p["lag_records"] for ps in out_topics.values() for p in ps),
         }
+
+    def lag(self, group: str, topics: Sequence[str]) -> dict[str, list[PartitionLag]]:
+        """Per topic of ``topics`` (MemQ names), ``group``'s lag per partition."""
+        committed = self._committed(self._admin(), group)
+        return self._measure(topics, committed)
+
+    def _measure(
+        self, topics: Sequence[str], committed: dict[tuple[str, int], int]
+    ) -> dict[str, list[PartitionLag]]:
+        probe = self._probe()
+        try:
+            return {t: self._lags(probe, t, committed) for t in topics}
+        finally:
+            probe.close()
 
     def _lags(
         self, probe: NotificationProbe, topic: str, committed: dict[tuple[str, int], int]
@@ -218,10 +278,16 @@ class GroupAdmin:
                 estimated = True
             out.append(
                 PartitionLag(
-                    p, at, low, high, max(0, high - pos), records,
-                    round((now - oldest) / 1000, 3) if oldest is not None else None, estimated,
+                    p,
+                    at,
+                    low,
+                    high,
+                    max(0, high - pos),
+                    records,
+                    round((now - oldest) / 1000, 3) if oldest is not None else None,
+                    estimated,
                 )
-            )  # fmt: skip
+            )
         return out
 
     # --- changes ------------------------------------------------------------------------
@@ -299,34 +365,70 @@ class GroupAdmin:
 
 
 class LagCollector:
-    """Prometheus collector of every group's lag (``memq group exporter``).
+    """Prometheus collector of consumer groups' lag (``memq group exporter``, the
+    auditor's ``/metrics``).
 
     :meth:`refresh` measures (it reads notifications: call it every few tens of seconds);
-    scrapes return the last measurement, so a scrape never waits on Kafka."""
+    scrapes and :meth:`snapshot` return the last measurement, so neither waits on Kafka.
+    ``groups``: fnmatch patterns of the group ids to measure (empty: every group with
+    committed offsets on a MemQ topic)."""
 
-    def __init__(self, admin: GroupAdmin) -> None:
+    def __init__(self, admin: GroupAdmin, groups: Sequence[str] = ()) -> None:
         self.admin = admin
-        self._rows: list[tuple[str, str, int, int, int, float | None]] = []
+        self.patterns = list(groups)
+        self.lags: list[GroupLag] = []
         self.errors = 0
+        #: The last refresh's failure (``ErrorType: message``, one line); None after a
+        #: successful one.
+        self.last_error: str | None = None
+        #: When the last successful measurement was taken (epoch ms).
+        self.measured_ms: int | None = None
 
-    def refresh(self) -> None:
-        import logging
+    def _wanted(self, group: str) -> bool:
+        return not self.patterns or any(fnmatch.fnmatchcase(group, p) for p in self.patterns)
 
-        rows = []
-        try:
-            for g in self.admin.list_groups():
-                d = self.admin.describe(g["group"])
-                for topic, parts in d["topics"].items():
-                    for p in parts:
-                        rows.append((g["group"], topic, p["partition"], p["lag_objects"],
-                                     p["lag_records"], p["lag_seconds"]))  # fmt: skip
-        except MemqError as e:
-            self.errors += 1
-            logging.getLogger(__name__).warning("measuring consumer lag failed: %s", e)
+    def refresh(self, topics: Collection[str] | None = None) -> None:
+        """Measure every wanted group on its MemQ topics (only ``topics``, when given).
+        A failure keeps the last measurement and sets :attr:`last_error`."""
+        if topics is not None and not topics:  # nothing to measure (no topic audited yet)
+            self.lags, self.last_error = [], None
+            self.measured_ms = int(time.time() * 1000)
             return
-        self._rows = rows
+        try:
+            lags = []
+            for g in self.admin.list_groups(self._wanted):
+                names = [t for t in g["topics"] if topics is None or t in topics]
+                if not names:
+                    continue
+                for topic, parts in self.admin.lag(g["group"], names).items():
+                    lags.append(GroupLag(g["group"], g["state"], topic, parts))
+        except Exception as e:  # MemQ's errors, and Kafka client errors outside them
+            self.errors += 1
+            why = " ".join(f"{type(e).__name__}: {e}".split())  # one line
+            again = why == self.last_error  # the same failure as last time: once is enough
+            self.last_error = why
+            log.log(
+                logging.DEBUG if again else logging.WARNING,
+                "measuring consumer lag failed: %s",
+                why,
+                exc_info=not isinstance(e, MemqError),
+            )
+            return
+        self.lags = lags
+        self.last_error = None
+        self.measured_ms = int(time.time() * 1000)
 
-    def collect(self) -> Any:
+    def snapshot(self) -> dict[str, Any]:
+        """The last measurement as JSON: ``groups`` (one entry per group and topic),
+        ``measured_ms``, ``error`` (the last refresh's, if it failed) and ``errors``."""
+        return {
+            "measured_ms": self.measured_ms,
+            "error": self.last_error,
+            "errors": self.errors,
+            "groups": [g.to_dict() for g in self.lags],
+        }
+
+    def collect(self) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         labels = ["group", "topic", "partition"]
@@ -335,11 +437,12 @@ class LagCollector:
         secs = GaugeMetricFamily(
             "memq_group_lag_seconds", "Age of the oldest pending record", labels=labels
         )
-        for group, topic, part, o, r, s in self._rows:
-            key = [group, topic, str(part)]
-            objs.add_metric(key, o)
-            recs.add_metric(key, r)
-            secs.add_metric(key, s or 0.0)
+        for g in self.lags:
+            for p in g.partitions:
+                key = [g.group, g.topic, str(p.partition)]
+                objs.add_metric(key, p.lag_objects)
+                recs.add_metric(key, p.lag_records)
+                secs.add_metric(key, p.lag_seconds or 0.0)
         errors = CounterMetricFamily("memq_group_lag_errors", "Failed lag measurements")
         errors.add_metric([], self.errors)
         yield from (objs, recs, secs, errors)

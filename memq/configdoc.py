@@ -130,7 +130,7 @@ topics:
 
 
 def render() -> str:
-    from memq.audit.config import AuditKafkaConfig, AuditorConfig
+    from memq.audit.config import AuditKafkaConfig, AuditLagConfig, AuditorConfig
     from memq.consumer.config import ConsumerConfig
     from memq.producer.config import ProducerConfig
 
@@ -180,6 +180,11 @@ def render() -> str:
             "`MEMQ_AUDITOR__HTTP_PORT=9000`.",
         ),
         _table("Auditor Kafka (`kafka`)", AuditKafkaConfig),
+        _table(
+            "Auditor consumer lag (`lag`)",
+            AuditLagConfig,
+            "See docs/operations.md, Consumer lag on the audit dashboard.",
+        ),
     ]
     return "\n".join(parts).rstrip() + "\n"
 

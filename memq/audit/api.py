@@ -16,7 +16,10 @@ ISO-8601 time or epoch ms, default ``1h``; ``grace_s`` overrides the grace perio
 - ``/api/missing?topic=&group=&since=&limit=&grace_s=``: missing blocks with the
   object keys that should hold them;
 - ``/api/anomalies?topic=&group=&since=&limit=``: duplicated and mismatched blocks;
-- ``/api/status``: ingest counters, offsets, configuration.
+- ``/api/status``: ingest counters, offsets, configuration;
+- ``/api/lag``: the last consumer-group lag measurement, one entry per group and topic
+  (lag in objects, records and seconds, committed and end offsets, per partition too),
+  with ``enabled``, ``measured_ms`` and ``error`` (see :mod:`memq.audit.lag`).
 """
 
 from __future__ import annotations
@@ -68,6 +71,8 @@ class AuditQueries(Protocol):
     def summary(self, query: Query) -> dict[str, Any]: ...
 
     def status(self) -> dict[str, Any]: ...
+
+    def lag_status(self) -> dict[str, Any]: ...
 
     def healthy(self) -> bool: ...
 
@@ -204,6 +209,7 @@ def build_app(
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/api/summary", api(auditor.summary))
     app.router.add_get("/api/status", api(lambda _q: auditor.status()))
+    app.router.add_get("/api/lag", api(lambda _q: auditor.lag_status()))
     app.router.add_get("/api/timeseries", api(functools.partial(timeseries, auditor)))
     app.router.add_get("/api/missing", api(functools.partial(missing, auditor)))
     app.router.add_get("/api/anomalies", api(functools.partial(anomalies, auditor)))

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from memq.config import read_config_layers, validate_model
 from memq.security import AuthConfig, TlsConfig
 
-__all__ = ["AuditKafkaConfig", "AuditorConfig", "load_auditor_config"]
+__all__ = ["AuditKafkaConfig", "AuditLagConfig", "AuditorConfig", "load_auditor_config"]
 
 #: Environment overrides of auditor settings: ``MEMQ_AUDITOR__HTTP_PORT=9000``.
 ENV_PREFIX = "MEMQ_AUDITOR__"
@@ -28,6 +28,27 @@ class AuditKafkaConfig(_Frozen):
     bootstrap_servers: str = Field(min_length=1)
     #: Extra librdkafka settings for the auditor's consumer (security.protocol, sasl.*).
     consumer: dict[str, str | int | float | bool] = {}
+
+
+class AuditLagConfig(_Frozen):
+    """Consumer-group lag on the dashboard, `/api/lag` and `/metrics`."""
+
+    #: MemQ brokers (host:port,...) whose topic metadata names each topic's notification
+    #: topic and Kafka; null: no lag measurements.
+    bootstrap_servers: str | None = Field(default=None, min_length=1)
+    #: Client settings for those brokers (the clients' `security.protocol`, `ssl.*` and
+    #: `auth.token` keys).
+    client: dict[str, str | int | float | bool] = {}
+    #: Seconds between measurements (each lists the groups and reads their pending
+    #: notifications).
+    interval_s: float = Field(default=30.0, ge=1)
+    #: Deadline of each Kafka and broker request of a measurement.
+    timeout_s: float = Field(default=10.0, gt=0, le=300)
+    #: Groups measured, as fnmatch patterns (`orders-*`); empty: every group that
+    #: committed offsets on an audited topic.
+    groups: list[str] = []
+    #: Topics measured; empty: the audited ones (those with audit records in the store).
+    topics: list[str] = []
 
 
 class AuditorConfig(_Frozen):
@@ -59,6 +80,8 @@ class AuditorConfig(_Frozen):
     #: Token authentication for the dashboard and API (the brokers' `auth` keys: any
     #: valid token passes); /healthz and /metrics stay open for probes and scrapers.
     auth: AuthConfig | None = None
+    #: Consumer-group lag (`lag.bootstrap_servers`, `lag.interval_s`, `lag.groups`, ...).
+    lag: AuditLagConfig = AuditLagConfig()
 
 
 def load_auditor_config(

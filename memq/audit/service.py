@@ -4,8 +4,10 @@
 (:mod:`memq.audit.ingest`), serves the application of :mod:`memq.audit.api` on the
 running event loop, and refreshes the Prometheus gauges (:mod:`memq.audit.metrics`)
 every ``metrics_interval_s``. It also answers the summary and status queries the API and
-``memq audit report --db`` use. Running it as a process (ready line, signals, a thread
-for tests) is :mod:`memq.run.auditor`.
+``memq audit report --db`` use. Given a lag source (:mod:`memq.audit.lag`), it measures
+consumer-group lag every ``lag.interval_s`` for the dashboard, ``/api/lag`` and
+``/metrics``. Running it as a process (ready line, signals, a thread for tests, the lag
+source from the configuration) is :mod:`memq.run.auditor`.
 """
 
 from __future__ import annotations
@@ -17,13 +19,15 @@ import signal
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import web
+from prometheus_client.registry import Collector
 
 from memq.audit.api import Query, build_app, is_strict
 from memq.audit.config import AuditorConfig
 from memq.audit.ingest import Ingester
+from memq.audit.lag import LagSource, lag_document, measure_forever
 from memq.audit.metrics import AuditorMetrics
 from memq.audit.store import AuditStore
 from memq.audit.window import parse_duration_s, parse_since
@@ -42,15 +46,27 @@ def now_ms() -> int:
 class Auditor:
     """The auditor: call :meth:`start` on an event loop, :meth:`shutdown` to stop."""
 
-    def __init__(self, config: AuditorConfig, clock: Callable[[], int] = now_ms) -> None:
+    def __init__(
+        self,
+        config: AuditorConfig,
+        clock: Callable[[], int] = now_ms,
+        lag: LagSource | None = None,
+    ) -> None:
         self.config = config
         self.clock = clock
         self.store = AuditStore(config.db_path)
         self.metrics = AuditorMetrics()
         self.executor = ThreadPoolExecutor(4, thread_name_prefix="memq-audit-query")
         self.ingest = Ingester(config, self.store, self.metrics, clock)
+        #: Consumer-group lag (None: not measured); measured on a thread of its own so a
+        #: slow Kafka never holds up the dashboard's queries.
+        self.lag = lag
+        self._lag_executor = ThreadPoolExecutor(1, thread_name_prefix="memq-audit-lag")
+        if lag is not None:
+            self.metrics.registry.register(cast(Collector, lag))
         self._runner: web.AppRunner | None = None
         self._refresher: asyncio.Task[None] | None = None
+        self._lag_task: asyncio.Task[None] | None = None
         self.port = 0
 
     @property
@@ -93,19 +109,25 @@ class Auditor:
         addrs = self._runner.addresses
         self.port = int(addrs[0][1]) if addrs else self.config.http_port
         self._refresher = asyncio.get_running_loop().create_task(self._refresh_metrics())
+        if self.lag is not None:
+            self._lag_task = asyncio.get_running_loop().create_task(
+                measure_forever(self.lag, self.config.lag, self._lag_executor, self.store.topics)
+            )
         log.info("auditor serving %s (audit topic %s)", self.url, self.config.audit_topic)
 
     async def shutdown(self) -> None:
         self.ingest.stop()
-        if self._refresher is not None:
-            self._refresher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._refresher
+        for task in (self._refresher, self._lag_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         if self._runner is not None:
             await self._runner.cleanup()
         if self.ingest.started:
             await asyncio.get_running_loop().run_in_executor(None, self.ingest.join, 15)
         self.executor.shutdown(wait=False)
+        self._lag_executor.shutdown(wait=False)  # a measurement under way ends by its deadlines
         self.store.close()
 
     async def serve_until_signal(self) -> None:
@@ -164,6 +186,10 @@ class Auditor:
                 "error": self.ingest.error,
             },
         }
+
+    def lag_status(self) -> dict[str, Any]:
+        """``/api/lag``: the last consumer-lag measurement (see :func:`lag_document`)."""
+        return lag_document(self.lag, self.config.lag)
 
     def healthy(self) -> bool:
         return self.ingest.alive() and time.monotonic() - self.ingest.last_loop < 30.0

@@ -1,6 +1,8 @@
 """Running the auditor: in the foreground (``memq audit serve``) or in a thread (tests).
 
-The composition root of :class:`memq.audit.service.Auditor`: it announces readiness
+The composition root of :class:`memq.audit.service.Auditor`: it gives it its lag source
+(:class:`memq.consumer.groups.LagCollector`, from the ``lag`` configuration section; the
+auditor, a role like the consumer, cannot import it), announces readiness
 (:mod:`memq.run.ready`) and stops on SIGTERM/SIGINT.
 """
 
@@ -14,17 +16,30 @@ from memq.audit.config import AuditorConfig
 from memq.audit.service import Auditor
 from memq.run.ready import announce_ready
 
-__all__ = ["READY_MARKER", "AuditorThread", "run_auditor"]
+__all__ = ["READY_MARKER", "AuditorThread", "build_auditor", "run_auditor"]
 
 #: Printed (with a JSON object) once the auditor serves; the dev stack waits for it.
 READY_MARKER = "memq auditor ready"
+
+
+def build_auditor(config: AuditorConfig) -> Auditor:
+    """The auditor, measuring consumer lag when ``lag.bootstrap_servers`` is set."""
+    lag = None
+    if config.lag.bootstrap_servers:
+        from memq.consumer.groups import GroupAdmin, LagCollector
+
+        admin = GroupAdmin(
+            config.lag.bootstrap_servers, dict(config.lag.client), timeout=config.lag.timeout_s
+        )
+        lag = LagCollector(admin, config.lag.groups)
+    return Auditor(config, lag=lag)
 
 
 def run_auditor(config: AuditorConfig, ready_file: Path | None = None) -> None:
     """Serve until SIGTERM/SIGINT."""
 
     async def main() -> None:
-        auditor = Auditor(config)
+        auditor = build_auditor(config)
         try:
             await auditor.start()
         except BaseException:
@@ -48,7 +63,7 @@ class AuditorThread:
 
     def start(self, timeout: float = 30.0) -> Auditor:
         self._thread.start()
-        self.auditor = Auditor(self.config)
+        self.auditor = build_auditor(self.config)
         asyncio.run_coroutine_threadsafe(self.auditor.start(), self.loop).result(timeout)
         return self.auditor
 

@@ -409,9 +409,20 @@ def test_dashboard_renders_api_strings_as_text(
             }
         ]
     }
+    part = {"partition": 0, "committed": 7, "start": 0, "end": 9, "lag_objects": 2,
+            "lag_records": 5000, "lag_seconds": 95.0, "records_estimated": True}  # fmt: skip
+    lag = {
+        "enabled": True, "interval_s": 30, "measured_ms": int(time.time() * 1000),
+        "error": "NotificationError: <b id=\"lagbold\">down</b>", "hint": "<i>check</i>",
+        "groups": [{"group": evil_group, "topic": evil_topic, "state": "<i>x</i>",
+                    "lag_objects": 2, "lag_records": 5000, "lag_seconds": 95.0,
+                    "records_estimated": True, "committed": 7, "end": 9,
+                    "partitions": [part]}],
+    }  # fmt: skip
     context = browser.new_context()
     context.route("**/api/summary*", lambda r: r.fulfill(json=summary))
     context.route("**/api/missing*", lambda r: r.fulfill(json=missing))
+    context.route("**/api/lag*", lambda r: r.fulfill(json=lag))
     watch = PageWatch(context.new_page(), tmp_path)
     page = watch.page
     try:
@@ -441,6 +452,20 @@ def test_dashboard_renders_api_strings_as_text(
             == 0
         )
         assert page.evaluate("window.__pwned") is None
+        # The lag table: strings as text, an estimate marked, the error above the last rows.
+        lrow = page.get_by_test_id("lag-row")
+        expect(lrow).to_have_count(1, timeout=WAIT_MS)
+        expect(lrow.locator('td[data-col="group"]')).to_have_text(evil_group)
+        expect(lrow.locator('td[data-col="state"]')).to_have_text("<i>x</i>")
+        expect(lrow.locator('td[data-col="lag_records"]')).to_have_text("\u2248 5,000")
+        expect(lrow.locator('td[data-col="lag_seconds"]')).to_have_text("1.6 min")
+        expect(lrow.locator('td[data-col="committed"]')).to_have_attribute(
+            "title", "partition 0: committed 7, end 9"
+        )
+        status = page.get_by_test_id("lag-status")
+        expect(status).to_have_attribute("data-state", "error")
+        expect(status).to_contain_text('<b id="lagbold">down</b> \u2014 <i>check</i>')
+        assert page.evaluate("document.querySelectorAll('#lagbold, main i').length") == 0
     except Exception as e:
         raise watch.fail_with_context(e, "escape-failure") from e
     finally:

@@ -2,8 +2,8 @@
  * MemQ audit dashboard: plain JavaScript, no build step, no external requests.
  *
  * Reads the auditor's JSON API (/api/summary, /api/timeseries, /api/missing,
- * /api/anomalies) and renders the topic table, the charts (uPlot, vendored) and the
- * drill-down of the selected topic and group. Every string from the API goes into the
+ * /api/anomalies, /api/lag) and renders the topic table, the consumer lag table, the
+ * charts (uPlot, vendored) and the drill-down of the selected topic and group. Every string from the API goes into the
  * page as text (textContent / setAttribute), never as HTML.
  *
  * URL: ?refresh=<seconds> sets the auto-refresh period (default 5, at least 1);
@@ -46,6 +46,8 @@
     timeseries: null,
     missing: null,
     anomalies: null,
+    lag: null,
+    lagError: null,
     error: null,
     refreshes: 0,
   };
@@ -97,6 +99,14 @@
 
   function clockUtc(ms) {
     return new Date(ms).toISOString().slice(11, 19) + " UTC";
+  }
+
+  function fmtSeconds(v) {
+    if (v === null || v === undefined) return "\u2014";
+    var x = Number(v);
+    if (x < 60) return x.toFixed(1) + " s";
+    if (x < 3600) return (x / 60).toFixed(1) + " min";
+    return (x / 3600).toFixed(1) + " h";
   }
 
   function plural(n, word) {
@@ -566,6 +576,87 @@
     $("detail-group-wrap").hidden = sel.group === "";
   }
 
+  // --- consumer lag ---------------------------------------------------------------------
+
+  var LAG_COLS = 8;
+
+  function lagRow(g) {
+    var parts = (g.partitions || []).map(function (p) {
+      return "partition " + p.partition + ": committed " + (p.committed === null ? "none" : fmtInt(p.committed)) + ", end " + fmtInt(p.end);
+    });
+    var offsets = parts.join("; ");
+    return el(
+      "tr",
+      {
+        "data-testid": "lag-row",
+        "data-group": g.group,
+        "data-topic": g.topic,
+        class: Number(g.lag_objects) > 0 ? "lagging" : null,
+      },
+      [
+        el("td", { "data-col": "group", "data-value": g.group }, [g.group]),
+        el("td", { "data-col": "topic", "data-value": g.topic }, [g.topic]),
+        el("td", { "data-col": "state", "data-value": g.state }, [g.state]),
+        numCell("lag_objects", g.lag_objects),
+        el(
+          "td",
+          {
+            class: "num",
+            "data-col": "lag_records",
+            "data-value": g.lag_records,
+            title: g.records_estimated ? "estimated from the first pending objects" : null,
+          },
+          [(g.records_estimated ? "\u2248 " : "") + fmtInt(g.lag_records)]
+        ),
+        el("td", { class: "num", "data-col": "lag_seconds", "data-value": g.lag_seconds === null ? "" : g.lag_seconds }, [fmtSeconds(g.lag_seconds)]),
+        numCell("committed", g.committed, { title: offsets }),
+        numCell("end", g.end, { title: offsets }),
+      ]
+    );
+  }
+
+  function setLagStatus(kind, text) {
+    var node = $("lag-status");
+    node.dataset.state = kind;
+    node.textContent = text;
+  }
+
+  /** The lag table from /api/lag: rows, or the empty, not-configured or error state. */
+  function renderLag(doc) {
+    last.lag = doc;
+    last.lagError = null;
+    var groups = doc.groups || [];
+    var kind;
+    if (!doc.enabled) {
+      kind = "disabled";
+      setLagStatus(kind, doc.error || "Consumer lag is not measured.");
+    } else if (doc.error) {
+      kind = "error";
+      setLagStatus(
+        kind,
+        "Measuring lag failed: " + doc.error + (doc.hint ? " \u2014 " + doc.hint : "") +
+          (doc.measured_ms ? " (rows are from " + clockUtc(doc.measured_ms) + ")" : "")
+      );
+    } else if (doc.measured_ms === null || doc.measured_ms === undefined) {
+      kind = "loading";
+      setLagStatus(kind, "Waiting for the first measurement\u2026");
+    } else {
+      kind = "ok";
+      setLagStatus(kind, "Measured at " + clockUtc(doc.measured_ms) + ", every " + doc.interval_s + " s.");
+    }
+    var rows = groups.map(lagRow);
+    if (!rows.length) {
+      if (kind === "ok") rows.push(emptyRow(LAG_COLS, "No consumer group has committed offsets on these topics.", "lag-empty"));
+      else rows.push(emptyRow(LAG_COLS, kind === "loading" ? "Measuring\u2026" : "No lag figures (see above).", "lag-none"));
+    }
+    $("lag-body").replaceChildren.apply($("lag-body"), rows);
+  }
+
+  function renderLagFailure(err) {
+    last.lagError = String((err && err.message) || err);
+    setLagStatus("error", "Error: " + last.lagError);
+  }
+
   // --- refresh --------------------------------------------------------------------------
 
   function summaryText(summary, rows, ingestProblem) {
@@ -583,6 +674,11 @@
   }
 
   function refreshOnce() {
+    var lag = api("lag").then(renderLag, renderLagFailure); // never rejects: its own state
+    return Promise.all([refreshFigures(), lag]);
+  }
+
+  function refreshFigures() {
     var since = state.since;
     return api("summary", { since: since }).then(function (summary) {
       if (since !== state.since) return null; // the window changed meanwhile: a new round follows

@@ -1,0 +1,94 @@
+"""Consumer-group lag in the auditor: what it needs of a lag source, and the measuring loop.
+
+The measurement itself is :class:`memq.consumer.groups.LagCollector` (the one ``memq
+group exporter`` serves): the auditor cannot import the consumer (both are roles, see
+docs/architecture.md), so its composition root (:mod:`memq.run.auditor`) builds one
+from the ``lag`` section of the configuration and hands it over as a :class:`LagSource`.
+The auditor measures the audited topics every ``lag.interval_s`` on a thread of its own,
+registers the source with its ``/metrics`` registry and serves the last measurement at
+``/api/lag`` (see :func:`lag_document`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Collection, Iterable
+from concurrent.futures import Executor
+from typing import Any, Protocol
+
+from memq.audit.config import AuditLagConfig
+
+__all__ = ["LagSource", "lag_document", "measure_forever"]
+
+log = logging.getLogger(__name__)
+
+#: What the page and ``/api/lag`` say when no lag source is configured.
+NOT_CONFIGURED = (
+    "consumer lag is not measured: set lag.bootstrap_servers (the MemQ brokers) in the "
+    "auditor configuration"
+)
+
+
+#: What to check when a measurement fails.
+FAILED_HINT = (
+    "check that the auditor reaches lag.bootstrap_servers (the MemQ brokers) and the Kafka "
+    "of the topics' notifications"
+)
+
+
+class LagSource(Protocol):
+    """A lag measurement (:class:`memq.consumer.groups.LagCollector`)."""
+
+    def refresh(self, topics: Collection[str] | None = None) -> None:
+        """Measure the groups on ``topics`` (all MemQ topics: None); never raises."""
+
+    def snapshot(self) -> dict[str, Any]:
+        """The last measurement: ``groups``, ``measured_ms``, ``error``, ``errors``."""
+        ...
+
+    def collect(self) -> Iterable[Any]:
+        """Prometheus metric families of the last measurement."""
+        ...
+
+
+def lag_document(source: LagSource | None, config: AuditLagConfig) -> dict[str, Any]:
+    """``/api/lag``: the last measurement with the settings it was taken with.
+
+    ``enabled`` false: no source (``error`` says what to set); ``measured_ms`` null and no
+    ``error``: the first measurement is under way; ``error``: the last one failed (one
+    line, ``ErrorType: message``, with a ``hint``; ``groups`` are then the last good
+    measurement's)."""
+    doc: dict[str, Any] = {
+        "enabled": source is not None,
+        "interval_s": config.interval_s,
+        "group_patterns": list(config.groups),
+        "topics": list(config.topics),
+    }
+    if source is None:
+        none: dict[str, Any] = {"measured_ms": None, "error": NOT_CONFIGURED, "errors": 0}
+        return {**doc, **none, "groups": [], "hint": None}
+    snap = source.snapshot()
+    return {**doc, **snap, "hint": FAILED_HINT if snap.get("error") else None}
+
+
+async def measure_forever(
+    source: LagSource,
+    config: AuditLagConfig,
+    executor: Executor,
+    audited: Callable[[], Collection[str]],
+) -> None:
+    """Refresh ``source`` every ``config.interval_s`` on ``executor``: the configured
+    topics, or by default the ``audited`` ones (the store's)."""
+    loop = asyncio.get_running_loop()
+
+    def once() -> None:
+        topics = set(config.topics) if config.topics else set(audited())
+        source.refresh(topics)
+
+    while True:
+        try:
+            await loop.run_in_executor(executor, once)
+        except Exception:  # the source reports its own failures; this is a bug
+            log.exception("measuring consumer lag failed")
+        await asyncio.sleep(config.interval_s)
