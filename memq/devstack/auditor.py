@@ -40,8 +40,20 @@ def remove_auditor_db(state_dir: Path) -> bool:
     return existed
 
 
-def dev_auditor_config(state_dir: Path, kafka: ServiceState, port: int = 0) -> dict[str, Any]:
+def dev_auditor_config(
+    state_dir: Path,
+    kafka: ServiceState,
+    port: int = 0,
+    brokers: list[str] | None = None,
+    client: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """The dev auditor's settings; with ``brokers`` (and their ``client`` settings)
+    it measures consumer-group lag every 5 s."""
+    lag: dict[str, Any] = {}
+    if brokers:
+        lag = {"bootstrap_servers": ",".join(brokers), "client": client or {}, "interval_s": 5}
     return {
+        "lag": lag,
         "kafka": {"bootstrap_servers": kafka.endpoint},
         "audit_topic": "memq.audit",
         "db_path": str(auditor_db(state_dir)),
@@ -53,10 +65,15 @@ def dev_auditor_config(state_dir: Path, kafka: ServiceState, port: int = 0) -> d
 
 
 def start_auditor(
-    state_dir: Path, kafka: ServiceState, env: dict[str, str], port: int | None = None
+    state_dir: Path,
+    kafka: ServiceState,
+    env: dict[str, str],
+    port: int | None = None,
+    brokers: list[str] | None = None,
+    client: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Start ``memq audit serve`` for the stack and wait until it serves."""
-    cfg = dev_auditor_config(state_dir, kafka, port or 0)
+    cfg = dev_auditor_config(state_dir, kafka, port or 0, brokers, client)
     info, ref, log, cfg_path = start_component(
         state_dir, AUDITOR, ["audit", "serve"], cfg, env, config_name="auditor.yaml"
     )

@@ -132,6 +132,7 @@ def start_component(
     d.mkdir(parents=True, exist_ok=True)
     cfg_path = d / config_name
     cfg_path.write_text(yaml.safe_dump(config, sort_keys=False))
+    cfg_path.chmod(0o600)  # may hold a client token (the auditor's lag client with --tls)
     ready = d / "ready.json"
     ready.unlink(missing_ok=True)
     log = d / f"{name}.log"

@@ -274,7 +274,12 @@ class DevStack:
                         say("auditor: new Kafka, so a new audit database (the old one's "
                             "figures and offsets belonged to the stopped stack's Kafka)")  # fmt: skip
                     a = start_auditor(
-                        self.state_dir, state.kafka, state.aws_env(), ports.get("auditor")
+                        self.state_dir,
+                        state.kafka,
+                        state.aws_env(),
+                        ports.get("auditor"),
+                        brokers=[b["endpoint"] for b in started_brokers],
+                        client=_lag_client(tls_files),
                     )
                     extra["auditor"] = a
                     say(f"auditor: dashboard at {a['url']}")
@@ -467,3 +472,14 @@ def _components(state: StackState) -> list[tuple[dict[str, Any], Health]]:
     if state.extra.get("auditor"):
         out.append((state.extra["auditor"], auditor_health))
     return out
+
+
+def _lag_client(tls_files: dict[str, str] | None) -> dict[str, str]:
+    """Client settings of the dev auditor's lag measurements for the dev brokers."""
+    if tls_files is None:
+        return {}
+    return {
+        "security.protocol": "ssl",
+        "ssl.ca.location": tls_files["ca_file"],
+        "auth.token": Path(tls_files["token_file"]).read_text().strip(),
+    }

@@ -65,6 +65,9 @@ def test_up_status_logs_restart_down(tmp_path: Path) -> None:
     assert auditor["healthy"] is True and auditor["url"].startswith("http://127.0.0.1:")
     with urllib.request.urlopen(f"{auditor['url']}/api/status", timeout=10) as r:
         assert json.loads(r.read())["audit_topic"] == "memq.audit"
+    with urllib.request.urlopen(f"{auditor['url']}/api/lag", timeout=10) as r:
+        lag = json.loads(r.read())
+    assert lag["enabled"] is True and lag["interval_s"] == 5  # the dev broker's groups
     pids = {doc[n]["pid"] for n in ("s3", "kafka", "zookeeper")} | {broker["pid"], auditor["pid"]}
     assert pids == {r.pid for r in refs}
 
