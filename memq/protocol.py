@@ -30,6 +30,7 @@ from memq.formats.frames import RequestType
 
 __all__ = [
     "ADMIN_REQUESTS",
+    "WRITE_KEYED",
     "Ack",
     "AclAdd",
     "AclList",
@@ -53,12 +54,15 @@ __all__ = [
     "decode_admin",
     "decode_msg",
     "decode_write",
+    "decode_write_request",
     "encode_msg",
     "encode_write_header",
     "parse_ack",
 ]
 
 _WRITE = struct.Struct(">BBH")
+#: WRITE flag: the block holds keyed records (one key lane of one producer).
+WRITE_KEYED = 0x01
 T = TypeVar("T", bound=BaseModel)
 
 
@@ -85,22 +89,35 @@ def parse_ack(value: str | int) -> Ack:
     raise InvalidRequestError(f"acks must be 0, 1 or all (-1 is all), got {value!r}")
 
 
-def encode_write_header(topic: str, ack: Ack) -> bytes:
-    """The WRITE body bytes before the block (send ``header + block`` without copying)."""
+def encode_write_header(topic: str, ack: Ack, *, keyed: bool = False) -> bytes:
+    """The WRITE body bytes before the block (send ``header + block`` without copying).
+
+    ``keyed``: the block holds a key lane's records (flag :data:`WRITE_KEYED`): the
+    broker notifies its batch with a Kafka key, in seal order (docs/guarantees.md).
+    """
     t = topic.encode("utf-8")
     if len(t) > 0xFFFF:
         raise InvalidRequestError("topic name too long")
-    return _WRITE.pack(int(ack), 0, len(t)) + t
+    return _WRITE.pack(int(ack), WRITE_KEYED if keyed else 0, len(t)) + t
 
 
 def decode_write(body: bytes | memoryview) -> tuple[Ack, str, memoryview]:
     """Split a WRITE body into (ack, topic, block view) without copying the block."""
+    ack, topic, block, _keyed = decode_write_request(body)
+    return ack, topic, block
+
+
+def decode_write_request(body: bytes | memoryview) -> tuple[Ack, str, memoryview, bool]:
+    """Split a WRITE body into (ack, topic, block view, keyed) without copying the block."""
     view = memoryview(body)
     if len(view) < _WRITE.size:
         raise MalformedError("WRITE body shorter than its 4-byte header")
     ack, flags, tlen = _WRITE.unpack_from(view)
-    if flags:
-        raise MalformedError(f"reserved WRITE flags set: {flags:#04x}")
+    if flags & ~WRITE_KEYED:
+        raise MalformedError(
+            f"reserved WRITE flags set: {flags:#04x} (only {WRITE_KEYED:#04x}, keyed, is "
+            "defined): upgrade the broker or the producer so both speak the same protocol"
+        )
     try:
         ack_mode = Ack(ack)
     except ValueError:
@@ -112,7 +129,7 @@ def decode_write(body: bytes | memoryview) -> tuple[Ack, str, memoryview]:
         topic = bytes(view[_WRITE.size : end]).decode("utf-8")
     except UnicodeDecodeError:
         raise MalformedError("WRITE topic is not valid UTF-8") from None
-    return ack_mode, topic, view[end:]
+    return ack_mode, topic, view[end:], bool(flags & WRITE_KEYED)
 
 
 # --- msgpack control messages -------------------------------------------------------------

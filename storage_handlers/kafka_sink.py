@@ -129,7 +129,9 @@ class KafkaNotificationSink:
         self._producer = self._new_producer()
         self._closed = threading.Event()
         #: Notifications waiting for room in librdkafka's queue (enqueued by the poll thread).
-        self._backlog: deque[tuple[str, bytes, Any, Future[NotificationAck]]] = deque()
+        self._backlog: deque[tuple[str, bytes, bytes | None, Any, Future[NotificationAck]]] = (
+            deque()
+        )
         self._poller = threading.Thread(target=self._poll_loop, name="notify-poll", daemon=True)
         self._poller.start()
 
@@ -194,17 +196,24 @@ class KafkaNotificationSink:
     def _drain_backlog(self) -> None:
         """Enqueue notifications that found librdkafka's queue full (poll thread only)."""
         while self._backlog:
-            topic, payload, delivered, fut = self._backlog[0]
+            topic, payload, key, delivered, fut = self._backlog[0]
             try:
-                self._current().produce(topic, value=payload, on_delivery=delivered)
+                self._current().produce(topic, value=payload, key=key, on_delivery=delivered)
             except BufferError:
                 return  # still full: try again after the next poll
             except Exception as e:
                 fut.set_exception(NotificationError(f"cannot enqueue notification: {e}"))
             self._backlog.popleft()
 
-    def publish(self, topic: str, notification: Notification) -> Future[NotificationAck]:
-        """Send one notification; the future resolves once Kafka acknowledged it (acks=all)."""
+    def publish(
+        self, topic: str, notification: Notification, *, key: bytes | None = None
+    ) -> Future[NotificationAck]:
+        """Send one notification; the future resolves once Kafka acknowledged it (acks=all).
+
+        ``key`` (keyed batches: the broker id) is the Kafka message key, so the partitioner
+        puts every notification with that key on one partition (stable while the topic's
+        partition count is); without it notifications spread over the partitions.
+        """
         fut: Future[NotificationAck] = Future()
         fut.set_running_or_notify_cancel()
 
@@ -228,7 +237,7 @@ class KafkaNotificationSink:
         try:
             if self._backlog:  # keep the order: behind the ones already waiting
                 raise BufferError
-            self._current().produce(topic, value=payload, on_delivery=delivered)
+            self._current().produce(topic, value=payload, key=key, on_delivery=delivered)
         except BufferError:
             # librdkafka's local queue is full. Never wait here (the caller is the broker's
             # event loop): the poll thread enqueues it once deliveries made room.
@@ -241,7 +250,7 @@ class KafkaNotificationSink:
                     )
                 )
             else:
-                self._backlog.append((topic, payload, delivered, fut))
+                self._backlog.append((topic, payload, key, delivered, fut))
         except Exception as e:
             fut.set_exception(NotificationError(f"cannot enqueue notification: {e}"))
         return fut

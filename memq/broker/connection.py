@@ -53,7 +53,7 @@ from memq.protocol import (
     WriteAck,
     decode_admin,
     decode_msg,
-    decode_write,
+    decode_write_request,
     encode_msg,
 )
 from memq.security import peer_principal, verify_token
@@ -347,7 +347,7 @@ class BrokerConnection(asyncio.BufferedProtocol):
         received = time.monotonic()
         ack = Ack.ALL
         try:
-            ack, topic, block = decode_write(req.body)
+            ack, topic, block, keyed = decode_write_request(req.body)
             self.server.authorize(self.principal, "produce", topic)
             if self.server.draining:
                 raise self.server.shutting_down_error()
@@ -359,7 +359,7 @@ class BrokerConnection(asyncio.BufferedProtocol):
                     f"{limit}: lower the producer's batch.size"
                 )
             header = verify_block(block, max_uncompressed=max(limit * 64, 64 << 20))
-            batch, index, dup = await proc.append(block, header, received)
+            batch, index, dup = await proc.append(block, header, received, keyed=keyed)
         except MemqError as e:
             if ack != Ack.NONE:
                 self.respond_error(req.type, req.request_id, e, e.body)

@@ -34,7 +34,7 @@ class BrokerMetrics:
         )
         self.batches = Counter(
             "memq_batches_sealed",
-            "Batches sealed, by trigger (size, age, count, memory, shutdown, reassign).",
+            "Batches sealed, by trigger (size, age, count, memory, keyed, waiting, shutdown, reassign).",
             ["topic", "trigger"],
             registry=r,
         )

@@ -60,6 +60,10 @@ class OpenBlock:
     cb_index: list[int] = field(default_factory=list)
     cb_fn: list[DeliveryCallback] = field(default_factory=list)
     count: int = 0
+    #: The writer (address) of the key lane this block belongs to; None: unkeyed.
+    lane: str | None = None
+    #: The block's place in its lane (numbered as opened): lane blocks are sent in order.
+    lane_seq: int = 0
 
     @property
     def min_ts(self) -> int:
@@ -170,6 +174,10 @@ class SealedBlock:
     @property
     def record_count(self) -> int:
         return self.open.count
+
+    @property
+    def lane(self) -> str | None:
+        return self.open.lane
 
     def encode(
         self, producer_id: int, epoch: int, compression: Compression, content_crc: bool = False

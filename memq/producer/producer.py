@@ -29,6 +29,7 @@ from memq.formats.block import BLOCK_HEADER_SIZE, Header
 from memq.producer.accumulator import RECORD_OVERHEAD, OpenBlock, SealedBlock, record_size
 from memq.producer.config import ProducerConfig
 from memq.producer.futures import BatchFuture, BlockResult, DeliveryCallback, RecordFuture
+from memq.producer.lanes import lane_of
 from memq.producer.sender import Sender
 from memq.protocol import Ack
 
@@ -119,6 +120,13 @@ class Producer:
         self._errors: dict[str, int] = {}  # records failed, by error type
         self._seq: dict[str, int] = {}
         self._limits: dict[str, int] = {}
+        #: Open blocks of the key lanes, by (topic, writer): shared by every thread, so
+        #: a key's records keep the order of the produce() calls.
+        self._keyed: dict[tuple[str, str], OpenBlock] = {}
+        #: Blocks opened so far per key lane (a block's place in its lane).
+        self._lane_opened: dict[tuple[str, str], int] = {}
+        #: Per topic: the metadata object the lanes were computed from, and its writers.
+        self._lane_writers: dict[str, tuple[object, list[str]]] = {}
         self._buffered = 0
         self._pending_records = 0
         self._closed = False
@@ -204,6 +212,8 @@ class Producer:
                 f"record of {size} bytes does not fit in a block of at most {limit} bytes "
                 "(batch.size, capped by the topic's max_block_bytes)"
             )
+        if k is not None:
+            return self._produce_keyed(topic, ts, k, v, h, size, limit, on_delivery)
         blocks: dict[str, OpenBlock] | None = getattr(self._local, "blocks", None)
         if blocks is None:
             blocks = self._local.blocks = {}
@@ -251,6 +261,10 @@ class Producer:
                 f"a record of {max(sizes)} bytes does not fit in a block of at most {limit} "
                 "bytes (batch.size, capped by the topic's max_block_bytes)"
             )
+        if keys is not None and any(k is not None for k in keys):
+            return BatchFuture(
+                topic, self._produce_keyed_many(topic, ts, keys, values, sizes, limit)
+            )
         totals = list(accumulate(sizes, initial=0))
         parts: list[tuple[BlockResult, int]] = []
         blocks: dict[str, OpenBlock] | None = getattr(self._local, "blocks", None)
@@ -268,6 +282,120 @@ class Producer:
                 self._seal(acc)  # full
             blocks[topic] = self._open_block(topic, limit)
         return BatchFuture(topic, parts)
+
+    # --- keyed records -----------------------------------------------------------------
+
+    def _lanes(self, topic: str) -> list[str]:
+        """``topic``'s writers (sorted addresses) that key lanes map to.
+
+        Taken from the last metadata seen (kept when the cache entry is dropped after an
+        error, so the mapping changes only when fresh metadata names other writers).
+        """
+        tmeta = self._sender.meta.cached(topic)
+        seen = self._lane_writers.get(topic)
+        if seen is not None and (tmeta is None or tmeta is seen[0]):
+            return seen[1]
+        writers = self._sender.writers_of(tmeta)
+        if tmeta is not None:
+            if seen is not None and seen[1] != writers:
+                log.info("topic %s: key lanes now map to writers %s", topic, writers)
+            self._lane_writers[topic] = (tmeta, writers)
+        return writers
+
+    def _produce_keyed(
+        self,
+        topic: str,
+        ts: int,
+        key: bytes,
+        value: bytes,
+        headers: tuple[Header, ...] | None,
+        size: int,
+        limit: int,
+        on_delivery: DeliveryCallback | None,
+    ) -> RecordFuture:
+        """Add a keyed record to the open block of its key lane (shared by all threads)."""
+        lane = (topic, lane_of(key, self._lanes(topic)))
+        while True:
+            acc = self._keyed.get(lane)
+            if acc is not None:
+                fut = acc.try_add(ts, key, value, headers, size, on_delivery)
+                if fut is not None:
+                    return fut
+                self._seal(acc)  # full
+            self._open_lane_block(lane, acc, limit)
+
+    def _produce_keyed_many(
+        self,
+        topic: str,
+        ts: int,
+        keys: Sequence[bytes | None],
+        values: Sequence[bytes],
+        sizes: Sequence[int],
+        limit: int,
+    ) -> list[tuple[BlockResult, int]]:
+        """produce_batch() with keys: each key lane's records (and the unkeyed ones) go,
+        in their order, to that lane's open block(s)."""
+        writers = self._lanes(topic)
+        groups: dict[str | None, list[int]] = {}
+        for i, k in enumerate(keys):
+            groups.setdefault(None if k is None else lane_of(k, writers), []).append(i)
+        parts: list[tuple[BlockResult, int]] = []
+        blocks: dict[str, OpenBlock] | None = getattr(self._local, "blocks", None)
+        if blocks is None:
+            blocks = self._local.blocks = {}
+        for lane, idx in groups.items():
+            sub_keys = [keys[i] for i in idx]
+            sub_values = [values[i] for i in idx]
+            totals = list(accumulate((sizes[i] for i in idx), initial=0))
+            done, n = 0, len(idx)
+            while done < n:
+                acc = blocks.get(topic) if lane is None else self._keyed.get((topic, lane))
+                if acc is not None:
+                    added = acc.try_add_many(ts, sub_keys, sub_values, totals, done)
+                    if added:
+                        parts.append((acc.result, added))
+                        done += added
+                        continue
+                    self._seal(acc)  # full
+                if lane is None:
+                    blocks[topic] = self._open_block(topic, limit)
+                else:
+                    self._open_lane_block((topic, lane), acc, limit)
+        return parts
+
+    def _open_lane_block(self, lane: tuple[str, str], old: OpenBlock | None, limit: int) -> None:
+        """Replace ``lane``'s open block ``old`` (None: it has none) by a new one, unless
+        another thread did already.
+
+        A lane sends one block at a time, so while an earlier block of the lane is in
+        flight the new one may grow past batch.size, up to 3/4 of the topic's largest
+        block (a quarter of buffer.memory at most): under load a lane then sends blocks
+        that fill over half a broker batch, which the broker seals at once (trigger
+        ``keyed``) instead of after batch.ms, so one block per round trip still moves
+        tens of MB/s.
+        """
+        with self._lock:
+            if self._closed:
+                raise ClientClosedError("producer is closed")
+            if self._keyed.get(lane) is not old:
+                return
+            if self._sender.lanes.busy_before(lane, self._lane_opened.get(lane, 0)):
+                tmeta = self._sender.meta.cached(lane[0])
+                if tmeta is not None and tmeta.max_block_bytes:
+                    grown = min(tmeta.max_block_bytes * 3 // 4, self.config.buffer_memory // 4)
+                    limit = max(limit, grown)
+            self._reserve(limit)  # may wait (releasing the lock)
+            if self._keyed.get(lane) is not old:  # another thread opened one meanwhile
+                self._buffered -= limit
+                self._changed.notify_all()
+                return
+            seq = self._lane_opened.get(lane, 0)
+            self._lane_opened[lane] = seq + 1
+            acc = OpenBlock(lane[0], capacity=limit - BLOCK_HEADER_SIZE, reserved=limit)
+            acc.lane, acc.lane_seq = lane[1], seq
+            self._keyed[lane] = acc
+            self._open.add(acc)
+        self._loop.call_soon_threadsafe(self._arm_linger, acc)
 
     def _open_block(self, topic: str, limit: int) -> OpenBlock:
         """A new open block for the calling thread, holding ``limit`` bytes of budget."""
@@ -313,7 +441,13 @@ class Producer:
             self._buffered -= acc.reserved - acc.size  # keep only what the records use
             acc.reserved = acc.size
             self._changed.notify_all()
+            if acc.lane is not None and self._keyed.get((acc.topic, acc.lane)) is acc:
+                del self._keyed[(acc.topic, acc.lane)]
             if not acc.count:
+                if acc.lane is not None:  # never sent: the lane's next block may go
+                    self._loop.call_soon_threadsafe(
+                        self._sender.lanes.done, (acc.topic, acc.lane), acc.lane_seq
+                    )
                 return
             self._pending_records += acc.count
             seq = self._seq.get(acc.topic, 0)
@@ -323,7 +457,20 @@ class Producer:
         self._loop.call_soon_threadsafe(self._sender.spawn, block)
 
     def _arm_linger(self, acc: OpenBlock) -> None:
-        self._loop.call_later(self.config.linger_ms / 1000, self._seal, acc)
+        self._loop.call_later(self.config.linger_ms / 1000, self._linger, acc)
+
+    def _linger(self, acc: OpenBlock) -> None:
+        """linger.ms passed: seal the block; a key lane's block keeps filling (up to
+        batch.size) while an earlier block of its lane is still in flight, as it could not
+        be sent before anyway."""
+        if (
+            acc.lane is not None
+            and not acc.sealed
+            and self._sender.lanes.busy_before((acc.topic, acc.lane), acc.lane_seq)
+        ):
+            self._arm_linger(acc)
+            return
+        self._seal(acc)
 
     # --- completion ---------------------------------------------------------------------
 

@@ -39,7 +39,15 @@ from memq.errors import (
 from memq.formats.frames import RequestType
 from memq.producer.accumulator import SealedBlock
 from memq.producer.config import ProducerConfig
-from memq.protocol import Ack, ClusterMetadata, WriteAck, decode_msg, encode_write_header
+from memq.producer.lanes import LaneOrder
+from memq.protocol import (
+    Ack,
+    ClusterMetadata,
+    TopicMetadata,
+    WriteAck,
+    decode_msg,
+    encode_write_header,
+)
 from memq.retry import RetryPolicy
 
 __all__ = ["Sender"]
@@ -91,6 +99,8 @@ class Sender:
         self._slots: dict[str, asyncio.Semaphore] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._rr = itertools.count()
+        #: Keyed blocks go one at a time per lane, in the order their lane opened them.
+        self.lanes = LaneOrder()
         self.sent_requests = 0
         self.retries = 0
         self.internal_errors = 0
@@ -104,23 +114,33 @@ class Sender:
     async def _writers(self, topic: str) -> list[str]:
         """Addresses of ``topic``'s writers; any known broker when none is known yet."""
         try:
-            tmeta = await self.meta.topic(topic)
-            writers = [a for w in tmeta.writers if (a := self.meta.address_of(w))]
+            tmeta: TopicMetadata | None = await self.meta.topic(topic)
         except UnknownTopicError:
-            writers = []
+            tmeta = None
+        return self.writers_of(tmeta)
+
+    def writers_of(self, tmeta: TopicMetadata | None) -> list[str]:
+        """Sorted addresses of the writers in ``tmeta``; any known broker when there are
+        none (a topic a broker auto-creates on first write)."""
+        writers = (
+            [] if tmeta is None else [a for w in tmeta.writers if (a := self.meta.address_of(w))]
+        )
         if not writers:
             # Unknown to metadata: a broker with auto_create_topics creates it on first write.
             cluster = self.meta.cluster
             writers = [b.address for b in cluster.brokers] if cluster and cluster.brokers else []
             writers = writers or self.meta.bootstrap
-        return writers
+        return sorted(set(writers))
 
-    async def _target(self, topic: str, sticky: str | None) -> str:
+    async def _target(self, topic: str, sticky: str | None, lane: str | None = None) -> str:
         """The writer for the next attempt: ``sticky`` (the previous attempt's, which may
-        hold the block) while it still writes the topic, else the next one round robin."""
+        hold the block) while it still writes the topic, else a keyed block's ``lane``
+        writer while it does, else the next one round robin."""
         writers = await self._writers(topic)
         if sticky is not None and sticky in writers:
             return sticky
+        if lane is not None and lane in writers:
+            return lane
         return writers[next(self._rr) % len(writers)]
 
     def spawn(self, block: SealedBlock) -> None:
@@ -156,6 +176,9 @@ class Sender:
                 ),
                 {},
             )
+        finally:
+            if block.lane is not None:  # the lane's next block may go
+                self.lanes.done((block.topic, block.lane), block.open.lane_seq)
 
     async def _send(self, block: SealedBlock) -> None:
         loop = asyncio.get_running_loop()
@@ -174,7 +197,10 @@ class Sender:
             return
         if self.encoded is not None:
             self.encoded(block, len(data))
-        header = encode_write_header(block.topic, cfg.acks)
+        lane = block.lane
+        if lane is not None:  # after every earlier block of the lane (encoded meanwhile)
+            await self.lanes.turn((block.topic, lane), block.open.lane_seq)
+        header = encode_write_header(block.topic, cfg.acks, keyed=lane is not None)
         meta: dict[str, Any] = {
             "producer_id": self.producer_id,
             "epoch": self.epoch,
@@ -189,7 +215,7 @@ class Sender:
             attempt += 1
             address = "?"
             try:
-                address = await self._target(block.topic, sticky)
+                address = await self._target(block.topic, sticky, lane)
                 conn = await self.pool.get(address)
                 async with self._slot(address):
                     self.sent_requests += 1

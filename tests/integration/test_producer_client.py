@@ -145,5 +145,10 @@ def test_produce_batch_stores_every_record_in_order(memq_stack: StackState, s3_b
         (bh.sequence, recs) for o in objs for bh, recs in o.blocks
     )  # one producer, one topic: its sequence order is the produce order
     got = [r for _, recs in blocks for r in recs]
-    assert [(r[1], r[2]) for r in got] == list(zip(keys, values, strict=True))
+    # Keyed records go to their key lane's blocks (docs/guarantees.md, keyed ordering):
+    # every record once, and each key's records (and the unkeyed ones) in produce order.
+    sent = list(zip(keys, values, strict=True))
+    assert sorted((r[1] or b"", r[2]) for r in got) == sorted((k or b"", v) for k, v in sent)
+    for key in {*keys}:
+        assert [r[2] for r in got if r[1] == key] == [v for k, v in sent if k == key]
     assert {r[0] for r in got} == {7} and all(r[3] is None for r in got)

@@ -164,7 +164,9 @@ def test_a_growing_batch_moves_up_the_classes_and_stores_the_exact_object() -> N
             return StoredObject("keep", "b", batch_id, len(stored[-1]))
 
     class Sink:
-        def publish(self, topic: str, notification: object) -> Future[object]:
+        def publish(
+            self, topic: str, notification: object, *, key: bytes | None = None
+        ) -> Future[object]:
             f: Future[object] = Future()
             f.set_result(None)
             return f

@@ -58,7 +58,7 @@ class _Writer(StorageWriter):
 
 
 class _Sink:
-    def publish(self, topic: str, notification: Any) -> Future[Any]:
+    def publish(self, topic: str, notification: Any, *, key: bytes | None = None) -> Future[Any]:
         f: Future[Any] = Future()
         f.set_result(None)
         return f

@@ -31,7 +31,7 @@ def test_write_round_trip(topic, ack, block):
     ("body", "error"),
     [
         (b"\x02", MalformedError),
-        (b"\x02\x01\x00\x01t", MalformedError),  # reserved flags
+        (b"\x02\x02\x00\x01t", MalformedError),  # reserved flags
         (b"\x09\x00\x00\x01t", InvalidRequestError),  # ack mode
         (b"\x02\x00\x00\x09t", MalformedError),  # topic runs past the end
         (b"\x02\x00\x00\x01\xff", MalformedError),  # not UTF-8
