@@ -29,9 +29,9 @@ from memq.consumer.config import ConsumerConfig
 from memq.consumer.connect import Connector, KafkaConnector
 from memq.consumer.expiry import oldest_present
 from memq.consumer.fetcher import Start
-from memq.consumer.handout import Deduplicator
+from memq.consumer.handout import Current, Deduplicator
 from memq.consumer.membership import Membership, Where
-from memq.consumer.message import Message, MessageId
+from memq.consumer.message import Chunk, Message, MessageId, RecordBatch
 from memq.consumer.notifications import GroupMember
 from memq.consumer.offsets import GroupOffsets
 from memq.consumer.prefetch import Pending, Prefetcher
@@ -283,35 +283,67 @@ class Consumer:
 
     def consume(self, num_messages: int = 1, timeout: float | None = None) -> list[Message]:
         """Up to ``num_messages`` records, waiting at most ``timeout`` seconds (None: forever)."""
+        out: list[Message] = []
+
+        def take(cur: Current, n: int) -> int:
+            got = cur.take(n)
+            out.extend(got)
+            return len(got)
+
+        self._hand_out(num_messages, timeout, take)
+        return out
+
+    def consume_batch(self, max_records: int = 10_000, timeout: float | None = None) -> RecordBatch:
+        """Up to ``max_records`` records as columns, waiting at most ``timeout`` seconds
+        (None: forever): like :meth:`consume` (the same records, order, commits and
+        dedup), but no per-record object is built: ``batch.values`` is a list of the
+        values; ``batch.messages()`` builds :class:`Message` objects if wanted."""
+        if type(max_records) is not int or max_records < 1:
+            raise ConfigError(f"consume_batch needs max_records >= 1, got {max_records!r}")
+        chunks: list[Chunk] = []
+
+        def take(cur: Current, n: int) -> int:
+            got = cur.take_chunks(n)
+            chunks.extend(got)
+            return sum(c.length for c in got)
+
+        self._hand_out(max_records, timeout, take)
+        return RecordBatch(chunks)
+
+    def _hand_out(
+        self, limit: int, timeout: float | None, take: Callable[[Current, int], int]
+    ) -> int:
+        """Hand out up to ``limit`` records with ``take(current object, at most n)``
+        (returns how many it took), waiting at most ``timeout`` seconds for the first."""
         self._check_open()
         if self._members.mode is None:
             raise MemqError("subscribe() to a topic, or assign() partitions, before consuming")
         deadline = None if timeout is None else time.monotonic() + timeout
-        out: list[Message] = []
-        while len(out) < num_messages:
+        got = 0
+        while got < limit:
             cur = self._prefetch.current
             if cur is not None:
-                out.extend(cur.take(num_messages - len(out)))
+                got += take(cur, limit - got)
                 if cur.exhausted:
                     self._object_done(cur.pending)
                     self._prefetch.current = None
                 continue
             ready = self._prefetch.head_ready()
-            if out and not ready:
+            if got and not ready:
                 break
             try:
-                if not self._next_object(deadline if not out else time.monotonic()):
+                if not self._next_object(deadline if not got else time.monotonic()):
                     break
             except MemqError:
-                if not out:
+                if not got:
                     raise
                 # Records already taken from earlier objects are handed out now (their
                 # objects are done and may be committed); the failed object stays at the
                 # head, is re-fetched, and its error (if it persists) comes next call.
                 break
-        self.stats.records += len(out)
+        self.stats.records += got
         self._offsets.maybe_auto_commit()
-        return out
+        return got
 
     def poll(self, timeout: float | None = None) -> Message | None:
         """The next record, or None if none arrived within ``timeout`` seconds."""

@@ -1,20 +1,20 @@
-"""Fetching batch objects straight from storage, verified, decoded into messages.
+"""Fetching batch objects straight from storage, verified, decoded into record columns.
 
 Runs in the consumer's fetch pool, so GETs, checksum checks and decoding overlap the
-application's processing. A fetch that starts mid-object (after a seek) range-reads the
+application's processing. Records stay in their blocks' decoded columns
+(:class:`~memq.consumer.message.Records`): a ``Message`` is built only when one is
+handed out by ``Consumer.consume``, never for ``Consumer.consume_batch``. A fetch that starts mid-object (after a seek) range-reads the
 header and then only the blocks it needs.
 """
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from itertools import islice, repeat
 from typing import NamedTuple
 
-from memq.consumer.message import Message
+from memq.consumer.message import Chunk, Message, Records
 from memq.errors import CorruptObjectError, MemqFormatError
 from memq.formats.batch import (
     BATCH_PREFIX_SIZE,
@@ -54,7 +54,7 @@ class BlockAudit:
 
 
 class BlockSpan(NamedTuple):
-    """One block's run of messages in :attr:`FetchedObject.messages`, with its id."""
+    """One block's run of records in :attr:`FetchedObject.records`, with its id."""
 
     block: int  # index in the object
     producer_id: int
@@ -68,13 +68,18 @@ class FetchedObject:
     notification: Notification
     partition: int
     offset: int
-    messages: list[Message]
+    records: Records
     bytes_read: int
     seconds: float
     #: Per block, when fetched with ``audit=True``.
     blocks: list[BlockAudit] = field(default_factory=list)
-    #: Per block with messages, in order: where its messages are (for dedup).
+    #: Per block with records, in order: where its records are (for dedup).
     spans: list[BlockSpan] = field(default_factory=list)
+
+    @property
+    def messages(self) -> list[Message]:
+        """Every record as a :class:`Message` (built now)."""
+        return list(self.records)
 
 
 def _verify_header(header: BatchHeader, note: Notification) -> None:
@@ -123,14 +128,14 @@ def fetch_object(
                 ):
                     first += 1
             if first >= header.block_count:
-                return FetchedObject(note, partition, offset, [], hlen, clock() - t0)
+                return FetchedObject(note, partition, offset, Records(()), hlen, clock() - t0)
             base = header.entries[first].offset
             data = reader.read(note.bucket, note.key, base, header.object_size)
             nbytes = hlen + len(data)
         blocks: list[BlockAudit] | None = [] if audit else None
         spans: list[BlockSpan] = []
         with gc_paused():
-            messages = _decode(
+            records = _decode(
                 data, header, base, first, note, partition, offset, start, blocks, spans
             )
     except CorruptObjectError:
@@ -138,7 +143,7 @@ def fetch_object(
     except MemqFormatError as e:
         raise CorruptObjectError(f"object {note.key} is corrupt: {e}", key=note.key) from e
     return FetchedObject(
-        note, partition, offset, messages, nbytes, clock() - t0, blocks or [], spans
+        note, partition, offset, records, nbytes, clock() - t0, blocks or [], spans
     )
 
 
@@ -153,15 +158,15 @@ def _decode(
     start: Start,
     blocks: list[BlockAudit] | None,
     spans: list[BlockSpan],
-) -> list[Message]:
-    """Blocks ``first..`` of a verified header into Messages (``data`` starts at ``base``).
+) -> Records:
+    """Blocks ``first..`` of a verified header into record columns (``data`` starts at
+    ``base``): one :class:`Chunk` per block (more where a time floor cuts records out).
 
     Appends each block's :class:`BlockSpan` to ``spans`` and, with ``blocks`` (a list),
     its :class:`BlockAudit`.
     """
     view = memoryview(data)
-    messages: list[Message] = []
-    make = functools.partial(tuple.__new__, Message)
+    chunks: list[Chunk] = []
     topic, key = note.topic, note.key
     floor = start.min_timestamp
     for bi in range(first, header.block_count):
@@ -172,36 +177,38 @@ def _decode(
             ts, keys, values, hdrs = decode_columns(block, bh)
         else:
             (ts, keys, values, hdrs), crc = decode_columns_with_crc(block, bh)
+        whole = Chunk(
+            topic, partition, offset, key, bi, 0, ts, keys, values, hdrs,
+            bh.producer_id, bh.epoch, bh.sequence,
+        )  # fmt: skip
         skip = start.record if bi == start.block else 0
-        n = len(ts)
-        # One C-level pass builds the block's Message tuples (no per-record bytecode).
-        rows = zip(
-            repeat(topic, n),
-            repeat(partition, n),
-            repeat(offset, n),
-            repeat(bi, n),
-            range(n),
-            ts,
-            keys,
-            values,
-            hdrs,
-            repeat(bh.producer_id, n),
-            repeat(bh.epoch, n),
-            repeat(bh.sequence, n),
-            repeat(key, n),
-            strict=True,
-        )
-        block_messages = list(map(make, islice(rows, skip, None)))
-        if floor is not None and min(ts) < floor:
-            block_messages = [m for m in block_messages if m.timestamp >= floor]
-        messages.extend(block_messages)
-        if block_messages:
-            spans.append(BlockSpan(bi, bh.producer_id, bh.epoch, bh.sequence, len(block_messages)))
-        if blocks is not None and block_messages:
+        parts = [whole.part(skip, len(ts))] if skip < len(ts) else []
+        if floor is not None and parts and min(ts) < floor:
+            parts = _at_or_after(parts[0], floor)
+        count = sum(p.length for p in parts)
+        chunks.extend(parts)
+        if count:
+            spans.append(BlockSpan(bi, bh.producer_id, bh.epoch, bh.sequence, count))
+        if blocks is not None and count:
             blocks.append(
-                BlockAudit(
-                    bi, bh.producer_id, bh.epoch, bh.sequence, len(block_messages), crc,
-                    bh.min_timestamp,
-                )
-            )  # fmt: skip
-    return messages
+                BlockAudit(bi, bh.producer_id, bh.epoch, bh.sequence, count, crc, bh.min_timestamp)
+            )
+    return Records(chunks)
+
+
+def _at_or_after(chunk: Chunk, floor: int) -> list[Chunk]:
+    """The runs of ``chunk``'s records with timestamp >= ``floor`` (rare: after a
+    seek to a time, in the first object)."""
+    keep = [t >= floor for t in chunk.timestamps]
+    out: list[Chunk] = []
+    i, n = 0, len(keep)
+    while i < n:
+        if not keep[i]:
+            i += 1
+            continue
+        j = i
+        while j < n and keep[j]:
+            j += 1
+        out.append(chunk.part(i, j))
+        i = j
+    return out

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Protocol
 from memq.consumer.config import ConsumerConfig
 from memq.consumer.dedup import BlockId, DedupWindow, Verdict
 from memq.consumer.fetcher import BlockSpan
-from memq.consumer.message import Message
+from memq.consumer.message import Chunk, Message, Records
+from memq.formats.gcpause import gc_paused
 
 if TYPE_CHECKING:
     from memq.consumer.prefetch import Pending
@@ -39,7 +40,7 @@ class DedupStats(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Tracked:
-    """A kept block of the current object: its messages are ``messages[start:end]``."""
+    """A kept block of the current object: its records are ``messages[start:end]``."""
 
     block: BlockId
     start: int
@@ -48,7 +49,7 @@ class Tracked:
 
 @dataclass(frozen=True, slots=True)
 class Admitted:
-    messages: list[Message]
+    messages: Sequence[Message]  # Records (lazy) when given Records
     tracked: list[Tracked]
     #: Indexes of the object's blocks dropped as copies (not handed out, not audited).
     dropped: frozenset[int]
@@ -85,8 +86,10 @@ class Deduplicator:
     def _now(self) -> int:
         return int(self._clock() * 1000)
 
-    def admit(self, topic: str, messages: list[Message], spans: Sequence[BlockSpan]) -> Admitted:
-        """The messages of a fetched object (blocks ``spans``) minus what was handed out."""
+    def admit(
+        self, topic: str, messages: Sequence[Message], spans: Sequence[BlockSpan]
+    ) -> Admitted:
+        """The records of a fetched object (blocks ``spans``) minus what was handed out."""
         now = self._now()
         stats = self._stats
         kept: list[tuple[int, int]] = []  # [start, end) in ``messages``
@@ -124,7 +127,10 @@ class Deduplicator:
             pos_out += length
             kept.extend(runs)
         if dropped or trimmed:
-            messages = list(chain.from_iterable(messages[a:b] for a, b in kept))
+            if isinstance(messages, Records):  # still columns: no Message is built
+                messages = messages.select(kept)
+            else:
+                messages = list(chain.from_iterable(messages[a:b] for a, b in kept))
         return Admitted(messages, tracked, frozenset(dropped), trimmed)
 
     def left_midway(self, block: BlockId, first: int, end: int) -> None:
@@ -148,7 +154,7 @@ class Deduplicator:
 
 
 def _without(
-    messages: list[Message], start: int, end: int, first: int, stop: int
+    messages: Sequence[Message], start: int, end: int, first: int, stop: int
 ) -> list[tuple[int, int]]:
     """Runs of ``messages[start:end]`` (one block) whose record is not in [first, stop)."""
     runs: list[tuple[int, int]] = []
@@ -166,14 +172,18 @@ def _without(
 
 
 class Current:
-    """The object whose records are being handed out, and how many were."""
+    """The object whose records are being handed out, and how many were.
+
+    ``messages`` is usually :class:`Records` (decoded columns): :meth:`take` builds the
+    messages it returns, :meth:`take_chunks` none.
+    """
 
     __slots__ = ("_dedup", "_next", "_tracked", "messages", "pending", "pos")
 
     def __init__(
         self,
         pending: Pending,
-        messages: list[Message],
+        messages: Sequence[Message],
         tracked: list[Tracked] | None = None,
         dedup: Deduplicator | None = None,
     ) -> None:
@@ -184,17 +194,32 @@ class Current:
         self._next = 0  # first tracked block not yet fully handed out
         self._dedup = dedup
 
-    def take(self, n: int) -> list[Message]:
-        """Up to ``n`` more records."""
+    def _advance(self, n: int) -> tuple[int, int]:
+        """Hand out up to ``n`` more records: their index range."""
         pos = self.pos
-        take = min(n, len(self.messages) - pos)
-        self.pos = pos + take
+        end = pos + min(n, len(self.messages) - pos)
+        self.pos = end
         if self._dedup is not None:
             tracked = self._tracked
-            while self._next < len(tracked) and tracked[self._next].end <= self.pos:
+            while self._next < len(tracked) and tracked[self._next].end <= end:
                 self._dedup.handed_out(tracked[self._next].block)
                 self._next += 1
-        return self.messages[pos : pos + take]
+        return pos, end
+
+    def take(self, n: int) -> list[Message]:
+        """Up to ``n`` more records."""
+        pos, end = self._advance(n)
+        with gc_paused():  # (one tuple per record: no young-generation collections)
+            out = self.messages[pos:end]
+        return out if isinstance(out, list) else list(out)
+
+    def take_chunks(self, n: int) -> list[Chunk]:
+        """Up to ``n`` more records, as column chunks (no per-record objects)."""
+        messages = self.messages
+        if not isinstance(messages, Records):  # (made of ready messages: tests, fakes)
+            messages = self.messages = Records.of(messages)
+        pos, end = self._advance(n)
+        return messages.between(pos, end)
 
     @property
     def exhausted(self) -> bool:

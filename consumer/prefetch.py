@@ -29,7 +29,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -38,6 +38,7 @@ from memq.consumer.config import ConsumerConfig
 from memq.consumer.expiry import expired_error, is_expired
 from memq.consumer.fetcher import BlockAudit, FetchedObject, Start, fetch_object
 from memq.consumer.handout import Current, Deduplicator
+from memq.consumer.message import Message
 from memq.consumer.notifications import Polled
 from memq.consumer.stats import ConsumerStats
 from memq.errors import (
@@ -352,7 +353,8 @@ class Prefetcher:
         self._pop(i)
         self._stats.bytes += fetched.bytes_read
         self._stats.fetch_seconds += fetched.seconds
-        messages, blocks, tracked = fetched.messages, fetched.blocks, None
+        messages: Sequence[Message] = fetched.records  # decoded columns: built when taken
+        blocks, tracked = fetched.blocks, None
         if self._dedup is not None and messages:
             admitted = self._dedup.admit(fetched.notification.topic, messages, fetched.spans)
             messages, tracked = admitted.messages, admitted.tracked

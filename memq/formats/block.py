@@ -333,19 +333,28 @@ def decode_columns_with_crc(
 
 
 def _columns(recs: tuple[Any, ...], header: BlockHeader) -> Columns:
+    # Transposing checks the shape: four columns only if every record has exactly four
+    # items (``strict``); a record that is not a tuple (msgpack makes bytes, str or a map
+    # of one) then puts a wrong type into the timestamp, key or value column, so the type
+    # checks below catch it without a pass over the records of their own.
     try:
-        if set(map(type, recs)) != {tuple} or set(map(len, recs)) != {4}:
-            raise _first_bad(recs, header)
-        ts, keys, values, hdrs = zip(*recs, strict=True)
+        cols = tuple(zip(*recs, strict=True))
     except (TypeError, ValueError):
         raise _first_bad(recs, header) from None
-    header_types = set(map(type, hdrs))
+    if len(cols) != 4:
+        raise _first_bad(recs, header)
+    ts, keys, values, hdrs = cols
+    n = len(ts)
+    # Keys and headers are mostly all None: counting them (identity, in C) is cheapest.
+    no_keys = keys.count(None) == n
+    no_headers = hdrs.count(None) == n
+    header_types = {_NONE} if no_headers else set(map(type, hdrs))
     if (
         set(map(type, ts)) != {int}
         or min(ts) < header.min_timestamp
         or max(ts) > header.max_timestamp
         or set(map(type, values)) != {bytes}
-        or not set(map(type, keys)) <= _KEY_TYPES
+        or not (no_keys or set(map(type, keys)) <= _KEY_TYPES)
         or not header_types <= _HEADERS_TYPES
     ):
         raise _first_bad(recs, header)
