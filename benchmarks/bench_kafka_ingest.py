@@ -7,13 +7,22 @@ for both targets: one thread, ``linger.ms`` 10, ``batch.size`` 1 MB, no compress
 random (incompressible) bytes. Each run has a warm-up, then a steady-state window
 (default 20 s) in which the producer keeps the buffer full: throughput is the payload
 acknowledged inside the window, latency (p50/p99) is librdkafka's own per-message
-produce-to-ack time (``msg.latency()``, sampled), CPU is the server process's CPU
-seconds in the window per GiB acknowledged (benchlib.cpu_seconds).
+produce-to-ack time (``msg.latency()``, sampled: with the buffer kept full this is
+mostly time queued in the client, about buffer / throughput), request latency (rtt
+p50/p99) is librdkafka's ProduceRequest round trip from its statistics (the broker's
+ack latency without the client's queue: mean of the per-second p50s, highest per-second
+p99, in the window), CPU is the server process's CPU seconds in the window per GiB
+acknowledged (benchlib.cpu_seconds).
 
   (a) MemQ: a broker process with a ``kafka_listener``, S3 storage on the local moto,
       notifications to the local Kafka-protocol broker (acks=-1: the object is stored
       and its pointer acknowledged);
+  (a16) the same with ``kafka_listener.partitions: 16`` (what docs/ingest.md recommends
+      for Kafka-port topics: a MemQ partition is only a routing label, and librdkafka's
+      idempotent producer keeps one request in flight per partition);
   (b) the local Kafka-protocol broker (Tansu) itself, topic with the same 4 partitions.
+
+``ratio_MBps`` is (a) / (b); ``ratio_MBps_16p`` is (a16) / (b).
 
 Writes ``benchmarks/results/kafka_ingest.json``.
 
@@ -23,9 +32,12 @@ Writes ``benchmarks/results/kafka_ingest.json``.
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import re
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -47,13 +59,13 @@ PRODUCER = {
 }
 
 
-def broker_cfg(state: Any, batch_ms: int) -> dict[str, Any]:
+def broker_cfg(state: Any, batch_ms: int, partitions: int | None = None) -> dict[str, Any]:
     return {
         "broker_id": "bench-kafka-listener",
         "cluster": "bench",
         "port": 0,
         "http_port": 0,
-        "kafka_listener": {"port": 0},
+        "kafka_listener": {"port": 0, **({"partitions": partitions} if partitions else {})},
         "upload_threads": 8,
         "topic_defaults": {
             "storage": {
@@ -80,9 +92,22 @@ def drive(
     from confluent_kafka import Producer
 
     pool = [os.urandom(RECORD) for _ in range(4096)]
-    p = Producer({"bootstrap.servers": bootstrap, **PRODUCER})
     state = {"acked": 0, "failed": 0, "first_error": None, "measuring": False}
     lat: list[float] = []
+    rtt: list[tuple[float, float]] = []  # per statistics interval: (p50, p99) seconds
+
+    def stats(doc: str) -> None:
+        if not state["measuring"]:
+            return
+        for b in json.loads(doc)["brokers"].values():
+            r = b.get("rtt") or {}
+            if b.get("nodeid", -1) >= 0 and r.get("cnt"):
+                rtt.append((r["p50"] / 1e6, r["p99"] / 1e6))
+
+    p = Producer(
+        {"bootstrap.servers": bootstrap, **PRODUCER,
+         "statistics.interval.ms": 1000, "stats_cb": stats}
+    )  # fmt: skip
 
     def report(err: Any, msg: Any) -> None:
         if err is not None:
@@ -129,6 +154,8 @@ def drive(
         "MBps": round(acked_bytes / window / 1e6, 2),
         "ack_p50_ms": round(percentile(lat, 0.5) * 1000, 1),
         "ack_p99_ms": round(percentile(lat, 0.99) * 1000, 1),
+        "rtt_p50_ms": round(sum(x[0] for x in rtt) / len(rtt) * 1000, 1) if rtt else None,
+        "rtt_p99_ms": round(max(x[1] for x in rtt) * 1000, 1) if rtt else None,
         "server_cpu_s_per_GiB": round(cpu / (acked_bytes / GiB), 2)
         if cpu is not None and acked_bytes
         else None,
@@ -137,17 +164,37 @@ def drive(
     }
 
 
+def _memq(state: Any, batch_ms: int, partitions: int | None, warmup: float, seconds: float) -> Any:
+    cfg = broker_cfg(state, batch_ms, partitions)
+    with benchlib.broker_process(state, f"bench-kafka-listener-{partitions}", cfg) as info:
+        eprint(f"MemQ Kafka listener {info['kafka']} ({partitions or PARTITIONS} partitions): "
+               f"{seconds:.0f} s window")  # fmt: skip
+        result = drive(info["kafka"], "bench-kafka-ingest", info["pid"], warmup, seconds)
+        sealed = _sealed_by_trigger(info["http"])
+    result["batches_sealed_by_trigger"] = sealed
+    return result
+
+
+def _sealed_by_trigger(http: str) -> dict[str, int]:
+    """memq_batches_sealed_total by trigger (age, size, waiting, ...) from /metrics."""
+    with urllib.request.urlopen(f"{http}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    out: dict[str, int] = {}
+    for m in re.finditer(
+        r'^memq_batches_sealed_total\{[^}]*trigger="(\w+)"[^}]*\} (\S+)$', text, re.M
+    ):
+        out[m[1]] = out.get(m[1], 0) + int(float(m[2]))
+    return out
+
+
 def run(seconds: float, warmup: float, batch_ms: int) -> dict[str, Any]:
     from memq.storage_handlers.kafka_sink import ensure_topic
 
     with benchlib.private_stack() as state:
         kafka = state.services["kafka"]
         tansu_pid = kafka.process.pid if kafka.process is not None else None
-        with benchlib.broker_process(
-            state, "bench-kafka-listener", broker_cfg(state, batch_ms)
-        ) as info:
-            eprint(f"MemQ Kafka listener {info['kafka']}: {seconds:.0f} s window")
-            memq = drive(info["kafka"], "bench-kafka-ingest", info["pid"], warmup, seconds)
+        memq = _memq(state, batch_ms, None, warmup, seconds)
+        memq16 = _memq(state, batch_ms, 16, warmup, seconds)
         topic = "bench-kafka-ingest-direct"
         ensure_topic(state.kafka_bootstrap, topic, PARTITIONS)
         eprint(f"Kafka-protocol broker {state.kafka_bootstrap}: {seconds:.0f} s window")
@@ -159,19 +206,23 @@ def run(seconds: float, warmup: float, batch_ms: int) -> dict[str, Any]:
         "memq_batch_ms": batch_ms,
         "producer": PRODUCER,
         "memq_kafka_listener": memq,
+        "memq_kafka_listener_16p": memq16,
         "kafka_direct": direct,
         "ratio_MBps": round(memq["MBps"] / direct["MBps"], 2) if direct["MBps"] else None,
+        "ratio_MBps_16p": round(memq16["MBps"] / direct["MBps"], 2) if direct["MBps"] else None,
     }
 
 
 def print_table(doc: dict[str, Any]) -> None:
-    print(f"{'target':24} {'MB/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'CPU s/GiB':>10} {'failed':>7}")
-    for name in ("memq_kafka_listener", "kafka_direct"):
+    print(f"{'target':24} {'MB/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'rtt p50':>8} "
+          f"{'rtt p99':>8} {'CPU s/GiB':>10} {'failed':>7}")  # fmt: skip
+    for name in ("memq_kafka_listener", "memq_kafka_listener_16p", "kafka_direct"):
         r = doc[name]
         cpu = "-" if r["server_cpu_s_per_GiB"] is None else f"{r['server_cpu_s_per_GiB']:.2f}"
         print(f"{name:24} {r['MBps']:>8.2f} {r['ack_p50_ms']:>8.1f} {r['ack_p99_ms']:>8.1f} "
-              f"{cpu:>10} {r['failed']:>7}")  # fmt: skip
-    print(f"MemQ / direct throughput: {doc['ratio_MBps']}")
+              f"{r['rtt_p50_ms'] or 0:>8.1f} {r['rtt_p99_ms'] or 0:>8.1f} {cpu:>10} "
+              f"{r['failed']:>7}")  # fmt: skip
+    print(f"MemQ / direct throughput: {doc['ratio_MBps']} (16 partitions: {doc['ratio_MBps_16p']})")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -185,7 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     doc = run(seconds, warmup=1.0 if args.quick else 5.0, batch_ms=args.batch_ms)
     print_table(doc)
     benchlib.write_result(doc, args.out)
-    return 0 if doc["memq_kafka_listener"]["failed"] == 0 else 1
+    failed = doc["memq_kafka_listener"]["failed"] + doc["memq_kafka_listener_16p"]["failed"]
+    return 0 if failed == 0 else 1
 
 
 if __name__ == "__main__":

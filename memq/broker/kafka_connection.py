@@ -39,7 +39,7 @@ from memq.formats.block import encode_block, verify_block
 from memq.security import peer_principal, verify_token
 
 if TYPE_CHECKING:
-    from memq.broker.kafka_listener import KafkaListener
+    from memq.broker.kafka_listener import Flow, KafkaListener
 
 __all__ = ["MAX_IN_FLIGHT", "KafkaConnection"]
 
@@ -383,6 +383,7 @@ class KafkaConnection:
                 log.warning("kafka listener: %s from %s: %s", topic, self.peer, e)
             return _done(code, str(e))
         offset = self.listener.base_offset(topic, partition, bid, count)
+        flow = self.listener.flow_sent(topic, id(self), partition, waits=acks == -1)
         if acks == 1:
             if not dup:
                 proc.note_ack1(batch, header.record_count)
@@ -390,8 +391,11 @@ class KafkaConnection:
         task = asyncio.get_running_loop().create_task(
             self._await_stored(batch.done, topic, offset, timeout_ms, v, t0)
         )
+        if acks == -1:
+            task.add_done_callback(functools.partial(_answered, flow))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        self.listener.seal_if_stalled(topic, proc, batch)
         return task
 
     async def _await_stored(
@@ -411,6 +415,10 @@ class KafkaConnection:
             raise
         self.server.metrics.ack_seconds.labels(topic, "all").observe(time.monotonic() - t0)
         return (KafkaError.NONE, offset, None)
+
+
+def _answered(flow: Flow, _task: object) -> None:
+    flow.outstanding -= 1
 
 
 def _done(code: int, msg: str | None = None, offset: int = -1) -> Awaitable[PartitionResult]:

@@ -18,6 +18,11 @@ share (producer ids, offsets) and Metadata:
   ``acks=1``: the block is in the open batch; ``acks=-1``: the batch object is in storage
   and its notification acknowledged. Base offsets are a per-partition counter of this
   broker (MemQ has no partition log).
+- **Node ids**: a broker shows ``kafka_listener.nodes`` node ids (same host and port)
+  and spreads a topic's partitions over them, so a client opens that many connections
+  to it. A Kafka client keeps at most 5 Produce requests in flight per connection (with
+  idempotence), each waiting ``batch.ms`` + upload for ``acks=-1``: the bytes in flight,
+  and so the throughput of one producer, grow with the connections.
 - **Idempotence**: a batch of an idempotent producer becomes block id
   ``(producer id, epoch, partition << 32 | base sequence)``, so a retry that reaches the
   same writer is answered from the processor's dedup window (and consumers drop any
@@ -33,7 +38,9 @@ import asyncio
 import itertools
 import logging
 import random
+import time
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from memq.broker.kafka_codec import (
@@ -52,6 +59,7 @@ from memq.errors import MemqError, NotWriterError
 from memq.formats.keys import validate_name
 
 if TYPE_CHECKING:
+    from memq.broker.processor import Batch, TopicProcessor
     from memq.broker.server import BrokerServer
     from memq.protocol import BrokerInfo
 
@@ -63,6 +71,20 @@ log = logging.getLogger(__name__)
 _OPS_OMITTED = -(1 << 31)
 #: Base offsets remembered to answer a duplicate with the original one.
 _OFFSET_MEMORY = 65536
+#: A flow with nothing outstanding for this long no longer holds a batch open.
+_FLOW_IDLE_S = 1.0
+
+
+@dataclass(slots=True)
+class Flow:
+    """One connection's writes to one partition of a topic."""
+
+    seen: float
+    #: ``acks=-1`` requests not answered yet.
+    outstanding: int = 0
+    #: Sent a request while another was outstanding (or writes with ``acks`` 0/1): it
+    #: may send more before an answer, so a batch is never sealed early on its account.
+    pipelines: bool = False
 
 
 class KafkaListener:
@@ -81,6 +103,7 @@ class KafkaListener:
         self._pids = itertools.count(1)
         self._offsets: dict[tuple[str, int], int] = {}
         self._seen: OrderedDict[tuple[str, int, int, int, int], int] = OrderedDict()
+        self._flows: dict[str, dict[tuple[int, int], Flow]] = {}
         #: What ApiVersions lists; what is served is that minus ADVERTISED_ONLY.
         self.advertised = {**SUPPORTED, **ADVERTISED_ONLY}
         self.supported = dict(SUPPORTED)
@@ -122,6 +145,7 @@ class KafkaListener:
             await conn.run()
         finally:
             self.connections.discard(conn)
+            self.forget_flows(id(conn))
 
     # --- shared state -------------------------------------------------------------------
 
@@ -140,6 +164,53 @@ class KafkaListener:
         if len(self._seen) > _OFFSET_MEMORY:
             self._seen.popitem(last=False)
         return base
+
+    # --- sealing a batch nobody can add to ---------------------------------------------
+
+    def flow_sent(self, topic: str, conn: int, partition: int, waits: bool) -> Flow:
+        """Note a Produce of connection ``conn`` to ``partition``; ``waits``: ``acks=-1``
+        (the caller decrements ``outstanding`` once it is answered)."""
+        flows = self._flows.setdefault(topic, {})
+        flow = flows.get((conn, partition))
+        now = time.monotonic()
+        if flow is None:
+            flow = flows[(conn, partition)] = Flow(now)
+        flow.seen = now
+        if not waits or flow.outstanding:
+            flow.pipelines = True
+        if waits:
+            flow.outstanding += 1
+        return flow
+
+    def forget_flows(self, conn: int) -> None:
+        for flows in self._flows.values():
+            for key in [k for k in flows if k[0] == conn]:
+                del flows[key]
+
+    def seal_if_stalled(self, topic: str, proc: TopicProcessor, batch: Batch) -> None:
+        """Seal the open ``batch`` now when no Kafka producer of the topic can add to it.
+
+        A producer that keeps one request in flight per partition (librdkafka's
+        idempotent producer does) sends nothing more until it is answered, and with
+        ``acks=-1`` that answer waits for this batch: waiting out ``batch.ms`` would
+        only add latency. So when every flow (connection, partition) writing the topic
+        recently has an answer outstanding and none has ever pipelined, the batch is
+        sealed ("waiting"), unless the topic's uploads already hold its ring.
+        """
+        flows = self._flows.get(topic)
+        if not flows or proc.in_flight + 1 >= proc.config.ring_size:
+            return
+        now = time.monotonic()
+        stalled = True
+        for key, flow in list(flows.items()):
+            if flow.outstanding:
+                stalled = stalled and not flow.pipelines
+            elif now - flow.seen > _FLOW_IDLE_S:
+                del flows[key]
+            else:
+                stalled = False
+        if stalled:
+            proc.seal_if_open(batch, "waiting")
 
     def partitions(self, topic: str) -> int:
         if self.config.partitions is not None:
@@ -182,14 +253,16 @@ class KafkaListener:
                 continue
             parts = []
             for p in range(self.partitions(name)):
-                leader = node_id(leaders[p % len(leaders)])
+                # Round-robin over the writers, then over each writer's node ids.
+                slot = (p // len(leaders)) % self.config.nodes
+                leader = node_id(leaders[p % len(leaders)], slot)
                 parts.append({"error_code": 0, "partition": p, "leader": leader,
                               "leader_epoch": 0, "replicas": [leader], "isr": [leader],
                               "offline_replicas": []})  # fmt: skip
             docs.append(_topic_doc(name, KafkaError.NONE, parts))
         doc = {
             "throttle_time_ms": 0,
-            "brokers": [_broker_doc(b) for b in brokers],
+            "brokers": [_broker_doc(b, n) for b in brokers for n in range(self.config.nodes)],
             "cluster_id": server.config.cluster,
             "controller_id": node_id(server.config.broker_id),
             "topics": docs,
@@ -215,5 +288,8 @@ def _topic_doc(name: str, error: int, partitions: list[dict[str, Any]] | None = 
             "partitions": partitions or [], "topic_authorized_operations": _OPS_OMITTED}  # fmt: skip
 
 
-def _broker_doc(b: BrokerInfo) -> dict[str, Any]:
-    return {"node_id": node_id(b.id), "host": b.host, "port": b.kafka_port, "rack": b.rack}
+def _broker_doc(b: BrokerInfo, slot: int) -> dict[str, Any]:
+    """One of a broker's node ids: each has the same address, a client connects to
+    each separately (more requests in flight to one broker)."""
+    return {"node_id": node_id(b.id, slot), "host": b.host, "port": b.kafka_port,
+            "rack": b.rack}  # fmt: skip

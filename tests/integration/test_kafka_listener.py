@@ -41,10 +41,10 @@ def topic(unique_name: Any) -> str:
 
 
 def kafka_broker(
-    stack: StackState, bucket: str, topics: list[str], **overrides: Any
+    stack: StackState, bucket: str, topics: list[str], batch_ms: int = 200, **overrides: Any
 ) -> BrokerThread:
     cfg = broker_config(
-        stack, bucket=bucket, topics=topics, batch_ms=200, batch_bytes=4 << 20,
+        stack, bucket=bucket, topics=topics, batch_ms=batch_ms, batch_bytes=4 << 20,
         partitions=3, cluster=f"kl-{uuid.uuid4().hex[:8]}", kafka_listener={"port": 0},
         **overrides,
     )  # fmt: skip
@@ -254,6 +254,69 @@ def test_acks_0_and_1(broker: BrokerThread, topic: str) -> None:
         assert all(err is None for err, _ in reports)
     got = read_back(broker.address, topic, 200)
     assert len(got) == 200
+
+
+# --- node ids, batches sealed once every producer waits ----------------------------------
+
+
+def sealed(b: BrokerThread, topic: str) -> dict[str, float]:
+    """memq_batches_sealed_total of ``topic`` by trigger (zero ones left out)."""
+    assert b.server is not None
+    reg = b.server.metrics.registry
+    out = {}
+    for trigger in ("age", "size", "count", "memory", "waiting", "shutdown"):
+        v = reg.get_sample_value("memq_batches_sealed_total", {"topic": topic, "trigger": trigger})
+        if v:
+            out[trigger] = v
+    return out
+
+
+def test_an_idempotent_producer_is_answered_without_waiting_out_batch_ms(
+    memq_stack: StackState, s3_bucket: str, topic: str
+) -> None:
+    """librdkafka's idempotent producer keeps one request in flight per partition: once
+    each partition's request waits on the open batch nothing more can come, so the batch
+    is sealed then ("waiting"), not after batch.ms (here 60 s)."""
+    from confluent_kafka import Producer
+
+    with kafka_broker(memq_stack, s3_bucket, [topic], batch_ms=60_000) as b:
+        md = Producer({"bootstrap.servers": kafka_address(b)}).list_topics(topic, timeout=10)
+        assert len(md.brokers) == 1  # kafka_listener.nodes: 1 by default
+        assert {m.port for m in md.brokers.values()} == {int(kafka_address(b).split(":")[1])}
+        assert len({m.host for m in md.brokers.values()}) == 1
+        leaders = [md.topics[topic].partitions[p].leader for p in range(3)]
+        assert set(leaders) == set(md.brokers)
+        recs = records(3000)
+        t0 = time.monotonic()
+        reports = produce_confluent(kafka_address(b), topic, recs)
+        assert time.monotonic() - t0 < 30, "acks=all waited out batch.ms"
+        assert len(reports) == len(recs) and all(err is None for err, _ in reports)
+        got = sealed(b, topic)
+        assert got.get("waiting", 0) >= 1 and "age" not in got, got
+    objs = read_objects(memq_stack.s3_client(), s3_bucket, topic=topic)
+    stored = sorted((r[1], r[2], r[3], r[0]) for o in objs for r in o.records)
+    assert stored == sorted((k, v, tuple(h), ts) for k, v, h, ts in recs)
+
+
+def test_a_producer_that_may_send_more_keeps_the_batch_open_until_batch_ms(
+    memq_stack: StackState, s3_bucket: str, topic: str
+) -> None:
+    """An acks=1 request on the same partition (a client that does not wait for answers)
+    means more may come: the acks=-1 request behind it is answered at batch.ms."""
+    with kafka_broker(memq_stack, s3_bucket, [topic], batch_ms=1500) as b:
+        one = ProduceRequest_v7(None, 1, 30_000, [(topic, [(0, raw_batch(-1, -1, -1, [b"a"]))])])
+        every = ProduceRequest_v7(None, -1, 30_000, [(topic, [(0, raw_batch(-1, -1, -1, [b"b"]))])])
+        t0 = time.monotonic()
+        answers = exchange(kafka_address(b), [request_frame(one, 1), request_frame(every, 2)], 2)
+        elapsed = time.monotonic() - t0
+        assert [struct.unpack_from(">i", a)[0] for a in answers] == [1, 2]
+        for a in answers:
+            ((_, ((_, code, *_),)),) = every.RESPONSE_TYPE.decode(a[4:]).topics
+            assert code == 0
+        assert elapsed >= 1.4, f"answered after {elapsed:.2f} s, before batch.ms"
+        assert sealed(b, topic) == {"age": 1}
+    objs = read_objects(memq_stack.s3_client(), s3_bucket, topic=topic)
+    assert sorted(r[2] for o in objs for r in o.records) == [b"a", b"b"]
 
 
 # --- auth -----------------------------------------------------------------------------------

@@ -1466,3 +1466,83 @@ def test_the_guides_secure_install_renders_and_its_certificate_names_the_service
     sts = rel.one("StatefulSet", "memq")
     host = container_env(sts["spec"]["template"]["spec"]["containers"][0])["MEMQ__ADVERTISED_HOST"]
     assert host["value"].replace("$(POD_NAME)", "*") in names
+
+
+# --- Kafka-protocol listener ----------------------------------------------------------------
+
+KAFKA_LISTENER: dict[str, Any] = {
+    "broker": {"kafkaListener": {"enabled": True, "port": 9095, "partitions": 16, "nodes": 2}}
+}
+
+
+def _port_names(ports: list[dict[str, Any]]) -> set[str]:
+    return {p["name"] for p in ports}
+
+
+def test_kafka_listener_port_is_exposed_and_configured_only_when_enabled(releases):
+    on = render(KAFKA_LISTENER)
+    for obj in on.objects:
+        if obj["kind"] not in SCHEMALESS_KINDS:
+            validate_strict(obj)
+    kafka_svc_port = {"name": "kafka", "port": 9095, "targetPort": "kafka", "protocol": "TCP"}
+    for name in (FULLNAME, HEADLESS):
+        assert kafka_svc_port in on.one("Service", name)["spec"]["ports"]
+    assert {"name": "kafka", "containerPort": 9095, "protocol": "TCP"} in broker_container(on)[
+        "ports"
+    ]
+    listener = broker_config(on).kafka_listener
+    assert listener is not None
+    assert (listener.port, listener.tls, listener.nodes, listener.partitions) == (9095, True, 2, 16)
+    assert f"bootstrap.servers {FULLNAME}.{NAMESPACE}.svc.cluster.local:9095" in on.notes
+    assert "security.protocol PLAINTEXT" in on.notes
+
+    off = releases["defaults"]
+    for name in (FULLNAME, HEADLESS):
+        assert "kafka" not in _port_names(off.one("Service", name)["spec"]["ports"])
+    assert _port_names(broker_container(off)["ports"]) == {"broker", "http"}
+    assert broker_config(off).kafka_listener is None
+    assert "Kafka producers" not in off.notes
+
+
+def test_kafka_listener_with_tls_and_tokens_speaks_sasl_ssl():
+    rel = render(deep_merge(SECURE, {"broker": {"kafkaListener": {"enabled": True}}}))
+    listener = broker_config(rel).kafka_listener
+    assert listener is not None and (listener.port, listener.tls) == (9094, True)
+    assert listener.partitions is None  # the topic's notification.partitions
+    assert "security.protocol SASL_SSL (sasl.mechanism PLAIN" in rel.notes
+    plain = render({"broker": {"kafkaListener": {"enabled": True, "tls": False}}})
+    assert broker_config(plain).kafka_listener.tls is False  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (
+            {"broker": {"kafkaListener": {"enabled": True, "port": 9093}}},
+            "broker.kafkaListener.port 9093 is the broker's protocol or HTTP port",
+        ),
+        (
+            {
+                "broker": {"kafkaListener": {"enabled": True}},
+                "tls": {"enabled": True, "secretName": "t", "caKey": "ca.crt"},
+                "auth": {"enabled": True, "tokenSecret": {"name": ""}, "mtlsIdentity": True},
+            },
+            "broker.kafkaListener with auth.enabled: Kafka clients could not authenticate",
+        ),
+    ],
+    ids=["port clash", "no way to authenticate"],
+)
+def test_kafka_listener_misconfigurations_fail_the_render(values, message):
+    with pytest.raises(helm_python.HelmError) as err:
+        render(values)
+    assert message in str(err.value)
+
+
+def test_schema_rejects_bad_kafka_listener_values():
+    with pytest.raises(helm_python.HelmValuesError) as err:
+        render({"broker": {"kafkaListener": {"enabled": True, "nodes": 0}}})
+    assert "at '/broker/kafkaListener/nodes'" in str(err.value)
+    # The listener is set through broker.kafkaListener (which opens the ports), never raw.
+    with pytest.raises(helm_python.HelmValuesError) as err:
+        render({"broker": {"config": {"kafka_listener": {"port": 9094}}}})
+    assert "additional properties 'kafka_listener' not allowed" in str(err.value)

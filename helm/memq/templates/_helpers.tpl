@@ -79,6 +79,17 @@ app.kubernetes.io/component: auditor
 {{- define "memq.brokerPort" -}}9092{{- end -}}
 {{- define "memq.httpPort" -}}9093{{- end -}}
 {{- define "memq.auditorPort" -}}8080{{- end -}}
+{{- define "memq.kafkaPort" -}}{{ int .Values.broker.kafkaListener.port }}{{- end -}}
+{{- define "memq.kafkaBootstrap" -}}
+{{- printf "%s.%s.svc.%s:%d" (include "memq.fullname" .) .Release.Namespace .Values.clusterDomain (int (include "memq.kafkaPort" .)) -}}
+{{- end -}}
+{{/* security.protocol a Kafka producer uses on the Kafka listener. */}}
+{{- define "memq.kafkaListenerProtocol" -}}
+{{- $v := .Values -}}
+{{- $sasl := and $v.auth.enabled $v.auth.tokenSecret.name -}}
+{{- $tls := and $v.tls.enabled $v.broker.kafkaListener.tls -}}
+{{- if $tls }}{{ if $sasl }}SASL_SSL{{ else }}SSL{{ end }}{{ else }}{{ if $sasl }}SASL_PLAINTEXT{{ else }}PLAINTEXT{{ end }}{{ end -}}
+{{- end -}}
 
 {{- define "memq.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create -}}
@@ -155,6 +166,12 @@ the environment: MEMQ__BROKER_ID, MEMQ__ADVERTISED_HOST (and MEMQ__RACK when set
 {{- $fixed := dict "cluster" $v.clusterName "host" "0.0.0.0" "port" (int (include "memq.brokerPort" .)) "http_port" (int (include "memq.httpPort" .)) "auto_create_topics" false "topic_defaults" $defaults "zookeeper" $zk -}}
 {{- if $v.tls.enabled -}}
 {{- $_ := set $fixed "tls" (fromYaml (include "memq.serverTls" (dict "root" . "clientAuth" $v.tls.clientAuth))) -}}
+{{- end -}}
+{{- $kl := $v.broker.kafkaListener -}}
+{{- if $kl.enabled -}}
+{{- $listener := dict "port" (int $kl.port) "tls" $kl.tls "nodes" (int $kl.nodes) -}}
+{{- with $kl.partitions }}{{ $_ := set $listener "partitions" (int .) }}{{ end -}}
+{{- $_ := set $fixed "kafka_listener" $listener -}}
 {{- end -}}
 {{- if $v.auth.enabled -}}
 {{- $auth := dict "enabled" true "mtls_identity" $v.auth.mtlsIdentity "superusers" ($v.auth.superusers | default list) -}}
@@ -374,6 +391,13 @@ tlsConfig:
 {{- $v := .Values -}}
 {{- $ring := mul (int64 (default 4 $v.topicDefaults.ring_size)) (int64 (default 8388608 $v.topicDefaults.batch.bytes)) -}}
 {{- $limit := int64 (default 1073741824 $v.broker.config.memory_limit_bytes) -}}
+{{- $kl := $v.broker.kafkaListener -}}
+{{- if and $kl.enabled (has (int $kl.port) (list 9092 9093)) -}}
+{{- fail (printf "broker.kafkaListener.port %d is the broker's protocol or HTTP port (9092, 9093): pick another, e.g. 9094" (int $kl.port)) -}}
+{{- end -}}
+{{- if and $kl.enabled $v.auth.enabled (not $v.auth.tokenSecret.name) (not (and $v.tls.enabled $kl.tls (ne $v.tls.clientAuth "none"))) -}}
+{{- fail "broker.kafkaListener with auth.enabled: Kafka clients could not authenticate; set auth.tokenSecret.name (SASL/PLAIN, the password a MemQ token) or use client certificates on the port (tls.enabled, tls.clientAuth optional/required, broker.kafkaListener.tls)" -}}
+{{- end -}}
 {{- if gt $ring $limit -}}
 {{- fail (printf "topicDefaults: ring_size x batch.bytes = %d bytes, more than broker.config.memory_limit_bytes (%d): not even one topic would fit; raise memory_limit_bytes or lower ring_size / batch.bytes" $ring $limit) -}}
 {{- end -}}

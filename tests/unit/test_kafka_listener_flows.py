@@ -1,0 +1,98 @@
+"""When the Kafka listener seals a batch before batch.ms: every flow (connection,
+partition) writing the topic waits for an answer and none has shown it may send more."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+import memq.broker.kafka_listener as kl
+from memq.broker.kafka_codec import node_id
+from memq.broker.kafka_listener import KafkaListener
+from memq.config.broker import KafkaListenerConfig
+
+
+class Proc:
+    """What seal_if_stalled reads of a topic processor, recording the seals."""
+
+    def __init__(self, in_flight: int = 0, ring_size: int = 4) -> None:
+        self.in_flight = in_flight
+        self.config = SimpleNamespace(ring_size=ring_size)
+        self.sealed: list[tuple[Any, str]] = []
+
+    def seal_if_open(self, batch: Any, trigger: str) -> None:
+        self.sealed.append((batch, trigger))
+
+
+@pytest.fixture
+def listener() -> KafkaListener:
+    server = SimpleNamespace(config=SimpleNamespace(kafka_listener=KafkaListenerConfig(port=0)),
+                             token_secret=None)  # fmt: skip
+    return KafkaListener(server)  # type: ignore[arg-type]
+
+
+def test_sealed_once_every_partition_waits(listener: KafkaListener) -> None:
+    proc, batch = Proc(), object()
+    for p in range(3):
+        listener.flow_sent("t", 1, p, waits=True)
+        listener.seal_if_stalled("t", proc, batch)  # type: ignore[arg-type]
+        # p=0 alone is every flow so far: sealed; then flow 0 still waits, so 1 and 2 too
+    assert proc.sealed == [(batch, "waiting")] * 3
+
+
+def test_an_answered_flow_may_send_again_so_the_batch_stays_open(listener: KafkaListener) -> None:
+    proc = Proc()
+    a = listener.flow_sent("t", 1, 0, waits=True)
+    listener.flow_sent("t", 1, 1, waits=True)
+    a.outstanding -= 1  # answered: its next request may be on the way
+    listener.flow_sent("t", 2, 0, waits=True)
+    listener.seal_if_stalled("t", proc, object())  # type: ignore[arg-type]
+    assert proc.sealed == []
+
+
+def test_a_flow_that_pipelines_never_seals_early(listener: KafkaListener) -> None:
+    proc = Proc()
+    listener.flow_sent("t", 1, 0, waits=True)
+    flow = listener.flow_sent("t", 1, 0, waits=True)  # a second one before the answer
+    assert flow.pipelines and flow.outstanding == 2
+    listener.seal_if_stalled("t", proc, object())  # type: ignore[arg-type]
+    flow.outstanding = 1
+    listener.seal_if_stalled("t", proc, object())  # type: ignore[arg-type]
+    assert proc.sealed == []
+    ack1 = listener.flow_sent("u", 1, 0, waits=False)  # acks 0/1: never waits
+    assert ack1.pipelines and ack1.outstanding == 0
+
+
+def test_idle_flows_expire_and_a_full_ring_keeps_the_batch(
+    listener: KafkaListener, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    now = [1000.0]
+    monkeypatch.setattr(kl.time, "monotonic", lambda: now[0])
+    listener.flow_sent("t", 1, 0, waits=False)  # an acks=1 flow, then silence
+    listener.flow_sent("t", 2, 0, waits=True)
+    proc = Proc()
+    listener.seal_if_stalled("t", proc, "b1")  # type: ignore[arg-type]
+    assert proc.sealed == []
+    now[0] += kl._FLOW_IDLE_S + 0.1
+    listener.seal_if_stalled("t", proc, "b1")  # type: ignore[arg-type]
+    assert proc.sealed == [("b1", "waiting")]
+    full = Proc(in_flight=3, ring_size=4)  # the last buffer is the open batch's
+    listener.seal_if_stalled("t", full, "b2")  # type: ignore[arg-type]
+    assert full.sealed == []
+
+
+def test_a_closed_connection_forgets_its_flows(listener: KafkaListener) -> None:
+    listener.flow_sent("t", 1, 0, waits=False)
+    listener.flow_sent("t", 2, 0, waits=True)
+    listener.forget_flows(1)
+    proc = Proc()
+    listener.seal_if_stalled("t", proc, "b")  # type: ignore[arg-type]
+    assert proc.sealed == [("b", "waiting")]
+
+
+def test_node_ids_of_one_broker_are_distinct_and_slot_0_is_the_broker_id() -> None:
+    assert node_id("b-1", 0) == node_id("b-1")
+    ids = {node_id(f"b-{i}", s) for i in range(200) for s in range(8)}
+    assert len(ids) == 1600 and all(0 <= i < 1 << 31 for i in ids)
