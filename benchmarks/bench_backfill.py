@@ -1,26 +1,30 @@
-"""Backfill benchmark: Spark ``memq`` source -> Parquet, beside the storage ceiling.
+"""Backfill benchmark: Spark ``memq`` source vs Spark's built-in Parquet reader.
 
 Produces a topic of 1 KiB records through a real broker (acks=all) into the local
 stack's S3 (moto), with notifications in its Kafka, then measures in the same run:
 
-- **ceiling**: a plain multi-threaded boto3 download of the same objects (list + GET,
-  no decoding): the most any reader could get out of this S3;
-- **backfill**: ``spark.backfill.run_backfill`` to Parquet (zstd) on Spark ``local[*]``
-  (planning, listing, GET, decode, Parquet write), after a warm-up job;
-- **source only**: the same read into Spark's ``noop`` sink, to separate the source's
-  cost from the Parquet writer's;
+- **parquet reader** (the baseline): the same records written once as uncompressed
+  Parquet on local disk, read by Spark's built-in Parquet reader into the ``noop`` sink;
+- **memq source**: ``spark.read.format("memq")`` into the ``noop`` sink (planning,
+  listing, GET, decode, Arrow to the JVM);
+- **backfill**: ``memq.spark.backfill.run_backfill`` to Parquet (zstd): source + writer;
+- **ceiling**: a plain multi-threaded boto3 download of the objects (list + GET, no
+  decoding): the most any reader could get out of this S3.
 
-Each is run ``repeats`` times (3; 1 with ``--quick``), interleaved, and the best run of
-each counts (same policy for all).
-- **memq.Consumer**: a consumer group reading the same objects through their
-  notifications, with as many fetch threads as the ceiling uses.
+Method (issue 19): on Spark ``local[*]``, after a warm-up job each, every reader's job is
+run back to back for a window of >= 20 s (2 s with ``--quick``: a smoke, not a figure);
+its rate is the record payload of all measured jobs over their total time, and CPU
+seconds per GiB are read from /proc for this process, the Spark JVM with its Python
+workers (``spark_tree``), the broker, Tansu and moto. Repeated ``repeats`` times (3),
+interleaved; min/median/max. The Parquet baseline reads local disk while the source
+reads moto over HTTP: the gap includes that.
 
 Prints a table and writes ``benchmarks/results/backfill.json``.
 
     python benchmarks/bench_backfill.py [--quick] [--out PATH] [--compression none|zstd]
 
-Target: backfill records/s >= 0.7x the ceiling's. Uses a running stack named by
-MEMQ_S3_ENDPOINT (plus MEMQ_KAFKA_BOOTSTRAP, MEMQ_ZK_CONNECT), else starts one; the
+Target: memq source records/s >= 0.7x the Parquet reader's. Uses a running stack named
+by MEMQ_S3_ENDPOINT (plus MEMQ_KAFKA_BOOTSTRAP, MEMQ_ZK_CONNECT), else starts one; the
 broker runs in its own process either way.
 """
 
@@ -40,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 import benchlib
+from benchlib import eprint, spread
 
 from memq.devstack import DevStack, StackState
 from memq.devstack.brokers import start_broker
@@ -89,44 +94,7 @@ def write_topic(endpoint: str, topic: str, records: int, codec: Compression) -> 
     return sum(map(len, values))
 
 
-def consume(endpoint: str, topic: str, records: int, threads: int) -> dict[str, Any]:
-    """Read the whole topic with a new ``memq.Consumer`` group (time to the last record)."""
-    from memq import Consumer
-
-    c = Consumer(
-        {
-            "bootstrap.servers": endpoint,
-            "group.id": f"bench-backfill-{uuid.uuid4().hex[:8]}",
-            "auto.offset.reset": "earliest",
-            "session.timeout.ms": 6000,
-            "heartbeat.interval.ms": 1000,
-            "enable.auto.commit": False,
-            "fetch.concurrency": threads,
-            "prefetch.objects": threads * 2,
-        }
-    )
-    try:
-        start = time.perf_counter()
-        c.subscribe(topic)
-        got = 0
-        t0: float | None = None
-        deadline = time.monotonic() + 600
-        while got < records and time.monotonic() < deadline:
-            n = len(c.consume(5000, 1.0))
-            if n and t0 is None:  # the Kafka group join (seconds on Tansu) is not reading
-                t0 = time.perf_counter()
-            got += n
-        end = time.perf_counter()
-        seconds = end - (t0 or end)
-        objects = c.stats.objects
-    finally:
-        c.close()
-    if got != records:
-        raise SystemExit(f"memq.Consumer read {got} records of {records}")
-    return {"seconds": seconds, "objects": objects, "join_seconds": (t0 or end) - start}
-
-
-def ceiling(state: StackState, bucket: str, threads: int, topic: str) -> dict[str, float]:
+def ceiling(state: StackState, bucket: str, threads: int, topic: str) -> tuple[int, list[str]]:
     """List the bucket and GET every object with ``threads`` threads (no decoding)."""
     import boto3
     from botocore.config import Config
@@ -137,7 +105,6 @@ def ceiling(state: StackState, bucket: str, threads: int, topic: str) -> dict[st
         region_name="us-east-1",
         config=Config(max_pool_connections=threads, s3={"addressing_style": "path"}),
     )
-    t0 = time.perf_counter()
     keys = [
         o["Key"]
         for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket)
@@ -150,7 +117,7 @@ def ceiling(state: StackState, bucket: str, threads: int, topic: str) -> dict[st
 
     with ThreadPoolExecutor(threads) as pool:
         total = sum(pool.map(get, keys))
-    return {"seconds": time.perf_counter() - t0, "bytes": total, "objects": len(keys)}
+    return total, keys
 
 
 def run(
@@ -202,45 +169,90 @@ def run(
         session.sparkContext.setLogLevel("ERROR")
         spark_start_s = time.perf_counter() - t
         cores = int(session.sparkContext.defaultParallelism)
+        procs = {"broker": broker["pid"], **benchlib.stack_pids(state)}
+        gateway = getattr(session.sparkContext, "_gateway", None)
+        jvm = getattr(getattr(gateway, "proc", None), "pid", None)
+        if jvm is not None:
+            procs["spark_tree"] = jvm
         try:
             opts = {"bucket": bucket, "topic": "logs", "cluster": CLUSTER,
                     "endpoint_url": state.s3_endpoint, "region": "us-east-1"}  # fmt: skip
             # Warm-up: JIT, and one Python worker per core (one object per partition).
             tiny = {"min_partition_bytes": "1", "target_partition_bytes": "1"}
             run_backfill(session, {**opts, **tiny, "topic": "warm"}, str(tmp / "warm"))
-            ceilings, backfills, sources, consumers = [], [], [], []
-            for rep in range(repeats):
-                ceilings.append(ceiling(state, bucket, threads, "logs"))
-                consumers.append(consume(broker["endpoint"], "logs", records, threads))
-                t = time.perf_counter()
+            # The baseline's input: the same records as uncompressed Parquet.
+            parquet_in = str(tmp / "baseline-parquet")
+            session.read.format("memq").options(**opts).load().write.option(
+                "compression", "none"
+            ).parquet(parquet_in)
+            stored = len(ceiling(state, bucket, threads, "logs")[1])
+            outs = iter(range(1 << 30))
+            plan: dict[str, int] = {}
+
+            def job_ceiling() -> tuple[int, int]:
+                ceiling(state, bucket, threads, "logs")
+                return payload, records
+
+            def job_source() -> tuple[int, int]:
                 session.read.format("memq").options(**opts).load().write.format("noop").mode(
                     "overwrite"
                 ).save()
-                sources.append(time.perf_counter() - t)
-                backfills.append(run_backfill(session, opts, str(tmp / f"out{rep}")))
+                return payload, records
+
+            def job_parquet() -> tuple[int, int]:
+                session.read.parquet(parquet_in).write.format("noop").mode("overwrite").save()
+                return payload, records
+
+            def job_backfill() -> tuple[int, int]:
+                out = tmp / f"out{next(outs)}"
+                r = run_backfill(session, opts, str(out))
+                shutil.rmtree(out, ignore_errors=True)
+                plan.update(
+                    partitions=r.stats.partitions_planned, list_requests=r.stats.list_requests
+                )
+                if r.records != records or r.objects != stored:
+                    raise SystemExit(
+                        f"backfill read {r.records} records / {r.objects} objects, "
+                        f"wrote {records} / {stored}"
+                    )
+                return payload, records
+
+            jobs = {
+                "spark_parquet_reader_noop": job_parquet,
+                "spark_memq_source_noop": job_source,
+                "spark_backfill_parquet": job_backfill,
+                "ceiling_boto3_download": job_ceiling,
+            }
+            windows: dict[str, list[dict[str, Any]]] = {k: [] for k in jobs}
+            for rep in range(repeats):
+                for name, job in jobs.items():
+                    eprint(f"backfill: {name} rep {rep + 1}/{repeats}")
+                    windows[name].append(benchlib.repeat_window(job, procs, quick))
+            parquet_bytes = sum(f.stat().st_size for f in Path(parquet_in).rglob("*.parquet"))
         finally:
             session.stop()
-        stored = ceilings[0]["objects"]
-        size = ceilings[0]["bytes"]
-        for result in backfills:
-            if result.records != records or result.objects != stored:
-                raise SystemExit(
-                    f"backfill read {result.records} records / {result.objects} objects, "
-                    f"wrote {records} / {stored}"
-                )
-        best = min(ceilings, key=lambda c: c["seconds"])
-        cons = min(consumers, key=lambda c: c["seconds"])
-        result = min(backfills, key=lambda r: r.seconds)
-        source_s = min(sources)
-        ceil_rps = records / best["seconds"]
-        ceil_mbps = best["bytes"] / 1e6 / best["seconds"]
-        ratio = result.records_per_s / ceil_rps
-        out_bytes = sum(f.stat().st_size for f in (tmp / "out0").rglob("*.parquet"))
     finally:
         if broker is not None:
             stop(ProcessRef(broker["pid"], broker.get("start_time")), timeout=60)
         stack.down()
         shutil.rmtree(tmp, ignore_errors=True)
+    results: dict[str, Any] = {}
+    base = windows["spark_parquet_reader_noop"]
+    for name, ws in windows.items():
+        results[name] = {
+            "windows": ws,
+            "MBps": spread([w["MBps"] for w in ws]),
+            "records_per_s": spread([w["records_per_s"] for w in ws]),
+            "cpu_s_per_GiB": {
+                p: spread([w["cpu_s_per_GiB"][p] for w in ws]) for p in ws[0]["cpu_s_per_GiB"]
+            },
+            "vs_parquet_reader": spread(
+                [w["MBps"] / b["MBps"] for w, b in zip(ws, base, strict=True)]
+            ),
+        }
+    results["spark_backfill_parquet"].update(plan, compression="zstd")
+    ratio = results["spark_memq_source_noop"]["vs_parquet_reader"]["median"]
+    _, window = benchlib.timing(quick)
     return {
         "benchmark": "backfill",
         "quick": quick,
@@ -251,6 +263,7 @@ def run(
             "cpus": os.cpu_count(),
             "spark_master": master,
             "spark_cores": cores,
+            "spark_start_seconds": round(spark_start_s, 2),
             "s3": "external" if ext else "moto server (local stack)",
         },
         "data": {
@@ -260,57 +273,18 @@ def run(
             "record_bytes": RECORD,
             "records": records,
             "payload_bytes": payload,
-            "object_bytes": size,
+            "baseline_parquet_bytes": parquet_bytes,
             "compression": codec.name.lower(),
             "write_seconds": round(write_s, 2),
+            "window_s": window,
+            "repeats": repeats,
         },
         "target": {
-            "what": f"backfill records/s >= {TARGET_RATIO}x the multi-threaded boto3 download",
+            "what": f"memq source records/s >= {TARGET_RATIO}x Spark's Parquet reader's",
             "ratio": round(ratio, 3),
             "met": ratio >= TARGET_RATIO,
         },
-        "results": {
-            "ceiling_boto3_download": {
-                "threads": threads,
-                "seconds": round(best["seconds"], 3),
-                "runs_seconds": [round(c["seconds"], 3) for c in ceilings],
-                "records_per_s": round(ceil_rps),
-                "MBps": round(ceil_mbps, 1),
-            },
-            "spark_source_only_noop": {
-                "what": "memq source -> Spark noop sink: listing, GET, decode, Arrow to JVM",
-                "seconds": round(source_s, 3),
-                "runs_seconds": [round(x, 3) for x in sources],
-                "records_per_s": round(records / source_s),
-                "MBps": round(size / 1e6 / source_s, 1),
-                "vs_ceiling": round(records / source_s / ceil_rps, 3),
-            },
-            "spark_backfill_parquet": {
-                "seconds": round(result.seconds, 3),
-                "runs_seconds": [round(r.seconds, 3) for r in backfills],
-                "compression": "zstd",
-                "records_per_s": round(result.records_per_s),
-                "MBps": round(result.mb_per_s, 1),
-                "vs_ceiling": round(ratio, 3),
-                "partitions": result.stats.partitions_planned,
-                "list_requests": result.stats.list_requests,
-                "parquet_bytes": out_bytes,
-                "spark_start_seconds": round(spark_start_s, 2),
-            },
-            "memq_consumer": {
-                "what": "memq.Consumer group: notifications from Kafka, GET, decode, hand out",
-                "fetch_concurrency": threads,
-                "seconds": round(cons["seconds"], 3),
-                "timed": "first record to last (the group join before it is excluded)",
-                "join_seconds": round(cons["join_seconds"], 2),
-                "runs_seconds": [round(c["seconds"], 3) for c in consumers],
-                "objects": cons["objects"],
-                "records_per_s": round(records / cons["seconds"]),
-                "MBps": round(size / 1e6 / cons["seconds"], 1),
-                "vs_ceiling": round(records / cons["seconds"] / ceil_rps, 3),
-                "backfill_vs_consumer": round(result.records_per_s * cons["seconds"] / records, 3),
-            },
-        },
+        "results": results,
     }
 
 
@@ -319,47 +293,27 @@ def print_table(doc: dict[str, Any]) -> None:
     from rich.table import Table
 
     d = doc["data"]
+    smoke = " [SMOKE: 2 s windows, not a figure]" if doc["quick"] else ""
     t = Table(
         title=(
             f"MemQ backfill: {d['records']:,} records of {d['record_bytes']} B in "
-            f"{d['objects']} objects ({d['object_bytes'] / 1e6:.0f} MB, {d['compression']})"
+            f"{d['objects']} objects, {d['window_s']:g} s windows x {d['repeats']}{smoke}"
         )
     )
-    for col in ("reader", "seconds", "records/s", "MB/s", "vs ceiling"):
+    procs = ("client", "spark_tree", "broker", "s3_moto")
+    for col in ("reader", "MB/s (median)", "records/s", "vs Parquet reader",
+                *(f"{p} CPU-s/GiB" for p in procs)):  # fmt: skip
         t.add_column(col, justify="right")
-    c = doc["results"]["ceiling_boto3_download"]
-    s = doc["results"]["spark_backfill_parquet"]
-    t.add_row(
-        f"boto3 GET x{c['threads']} (ceiling)",
-        f"{c['seconds']:.2f}",
-        f"{c['records_per_s']:,}",
-        f"{c['MBps']:.1f}",
-        "1.000",
-    )
-    n = doc["results"]["spark_source_only_noop"]
-    t.add_row(
-        "Spark memq -> noop (source only)",
-        f"{n['seconds']:.2f}",
-        f"{n['records_per_s']:,}",
-        f"{n['MBps']:.1f}",
-        f"{n['vs_ceiling']:.3f}",
-    )
-    t.add_row(
-        "Spark memq -> Parquet (backfill)",
-        f"{s['seconds']:.2f}",
-        f"{s['records_per_s']:,}",
-        f"{s['MBps']:.1f}",
-        f"{s['vs_ceiling']:.3f}",
-    )
-    m = doc["results"]["memq_consumer"]
-    t.add_row(
-        f"memq.Consumer x{m['fetch_concurrency']}",
-        f"{m['seconds']:.2f}",
-        f"{m['records_per_s']:,}",
-        f"{m['MBps']:.1f}",
-        f"{m['vs_ceiling']:.3f}",
-    )
-    console = Console(width=max(Console().width, 100))
+    for name, r in doc["results"].items():
+        cpu = r["cpu_s_per_GiB"]
+        t.add_row(
+            name,
+            f"{r['MBps']['median']:.1f}",
+            f"{r['records_per_s']['median']:,.0f}",
+            f"{r['vs_parquet_reader']['median']:.3f}",
+            *(f"{cpu[p]['median']:.2f}" if p in cpu else "-" for p in procs),
+        )
+    console = Console(width=max(Console().width, 150))
     console.print(t)
     tg = doc["target"]
     mark = "[green]met[/green]" if tg["met"] else "[red]NOT met[/red]"

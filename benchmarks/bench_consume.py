@@ -1,16 +1,22 @@
 """Consume benchmark: memq.Consumer reading 1 KiB records, beside same-run baselines.
 
-Measures records/s and MB/s of record payload for a consumer group reading a topic
-stored in S3 (moto) and one stored on the filesystem, against:
+Measures steady-state MB/s of record payload handed out, and CPU seconds per GiB of
+every process involved (the consumer's own process, the broker, Tansu, moto), for one
+``memq.Consumer`` reading a topic stored in S3 (moto) and one stored on the filesystem,
+against:
 
-  (a) plain boto3 GETs of the same S3 objects with the same concurrency (the storage
+  (a) raw boto3 GETs of the same S3 objects with the same concurrency (the storage
       ceiling: bytes only, no decoding);
   (b) confluent-kafka consuming the same records produced straight to the local
       Kafka-protocol broker (Tansu).
 
-Targets: S3 path >= 0.8x (a); filesystem path >= 1.0x (b). Timing starts at the first
-record, so group joins (slow on Tansu) are not counted. Writes
-``benchmarks/results/consume.json``.
+Method (issue 19): the topic (``--records``, default 128 MiB) is written once, then each
+reader reads it over and over (``assign()`` at the first offset again after each full
+pass: no group joins) while a warm-up (5 s, excluded) and a window of >= 20 s run;
+only what is handed out inside the window counts, and CPU seconds (utime + stime from
+/proc/<pid>/stat) are read at the window's edges. ``--quick``: 2 s windows, a smoke of
+the method, not a figure. Targets: S3 path >= 0.8x (a); filesystem path >= 1.0x (b).
+Writes ``benchmarks/results/consume.json``.
 
     python benchmarks/bench_consume.py [--quick] [--records N] [--out PATH]
 """
@@ -18,24 +24,26 @@ record, so group joins (slow on Tansu) are not counted. Writes
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import tempfile
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+import uuid
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
 import benchlib
-from benchlib import eprint, now
+from benchlib import Counter, eprint
 
 RECORD = 1024
 CONCURRENCY = 4
-GROUP = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000, "auto.offset.reset": "earliest"}
+PARTITIONS = 4
 
 
-def broker_cfg(state: Any, storage: str, root: str) -> dict[str, Any]:
+def broker_cfg(state: Any, storage: str, root: str, topic: str) -> dict[str, Any]:
     store: dict[str, Any] = {"type": storage}
     if storage == "s3":
         store["s3"] = {
@@ -52,10 +60,10 @@ def broker_cfg(state: Any, storage: str, root: str) -> dict[str, Any]:
         "http_port": 0,
         "topic_defaults": {
             "storage": store,
-            "notification": {"bootstrap_servers": state.kafka_bootstrap, "partitions": 4},
+            "notification": {"bootstrap_servers": state.kafka_bootstrap, "partitions": PARTITIONS},
             "batch": {"bytes": 8 << 20, "ms": 500},
         },
-        "topics": [{"name": f"consume-{storage}"}],
+        "topics": [{"name": topic}],
     }
 
 
@@ -73,46 +81,43 @@ def load(address: str, topic: str, values: list[bytes]) -> list[str]:
     return sorted(keys)
 
 
-def run_memq(address: str, topic: str, n: int, name: str) -> dict[str, Any]:
+def run_memq(
+    state: Any, info: dict[str, Any], topic: str, n: int, name: str, quick: bool
+) -> dict[str, Any]:
     from memq import Consumer
 
-    c = Consumer(
-        {
-            "bootstrap.servers": address,
-            "group.id": f"bench-{topic}",
-            **GROUP,
-            "fetch.concurrency": CONCURRENCY,
-            "prefetch.objects": CONCURRENCY * 2,
-        }
-    )
-    c.subscribe(topic)
-    got = nbytes = 0
-    t0: float | None = None
-    deadline = time.monotonic() + 600
-    while got < n and time.monotonic() < deadline:
-        batch = c.consume(2000, 1.0)
-        if batch and t0 is None:
-            t0 = now()
-        got += len(batch)
-        nbytes += sum(len(m.value) for m in batch)
-    seconds = now() - (t0 or now())
-    stats = c.stats
-    c.close()
-    if got != n:
-        raise RuntimeError(f"{name}: consumed {got} of {n}")
-    return {
-        "name": name,
-        "records": got,
-        "payload_MB": round(nbytes / 1e6, 2),
-        "seconds": round(seconds, 3),
-        "MBps": round(nbytes / 1e6 / seconds, 2),
-        "records_per_s": round(got / seconds),
-        "objects": stats.objects,
-        "fetched_MB": round(stats.bytes / 1e6, 2),
-    }
+    counter = Counter()
+    stats: list[Any] = []
+
+    def load(stop: threading.Event) -> None:
+        c = Consumer(
+            {
+                "bootstrap.servers": info["endpoint"],
+                "fetch.concurrency": CONCURRENCY,
+                "prefetch.objects": CONCURRENCY * 2,
+            }
+        )
+        try:
+            got = 0
+            c.assign([(topic, p, 0) for p in range(PARTITIONS)])
+            while not stop.is_set():
+                batch = c.consume(2000, 1.0)
+                got += len(batch)
+                counter.add(sum(len(m.value) for m in batch), len(batch))
+                if got >= n:  # a full pass: read it all again
+                    got = 0
+                    c.assign([(topic, p, 0) for p in range(PARTITIONS)])
+            stats.append(c.stats)
+        finally:
+            c.close()
+
+    procs = {"broker": info["pid"], **benchlib.stack_pids(state)}
+    out = benchlib.steady_state(load, counter, procs, quick)
+    out.update(name=name, objects_read=stats[0].objects if stats else None)
+    return out
 
 
-def run_raw_gets(state: Any, keys: list[str], n: int, payload: int) -> dict[str, Any]:
+def run_raw_gets(state: Any, keys: list[str], quick: bool) -> dict[str, Any]:
     import boto3
     from botocore.config import Config
 
@@ -122,35 +127,36 @@ def run_raw_gets(state: Any, keys: list[str], n: int, payload: int) -> dict[str,
         region_name="us-east-1",
         config=Config(max_pool_connections=CONCURRENCY * 2),
     )
+    counter = Counter()
+    seq = iter(range(1 << 62))
 
-    def get(k: str) -> int:
-        return len(client.get_object(Bucket=state.bucket, Key=k)["Body"].read())
+    def load(stop: threading.Event) -> None:
+        def worker() -> None:
+            while not stop.is_set():
+                k = keys[next(seq) % len(keys)]
+                body = client.get_object(Bucket=state.bucket, Key=k)["Body"].read()
+                counter.add(len(body), len(body) // RECORD)
 
-    t0 = now()
-    with ThreadPoolExecutor(CONCURRENCY) as pool:
-        total = sum(pool.map(get, keys))
-    seconds = now() - t0
-    return {
-        "name": "s3-raw-get (baseline a)",
-        "records": n,
-        "payload_MB": round(payload / 1e6, 2),
-        "seconds": round(seconds, 3),
-        "MBps": round(payload / 1e6 / seconds, 2),
-        "records_per_s": round(n / seconds),
-        "objects": len(keys),
-        "fetched_MB": round(total / 1e6, 2),
-        "concurrency": CONCURRENCY,
-    }
+        ts = [threading.Thread(target=worker, daemon=True) for _ in range(CONCURRENCY)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(600)
+
+    out = benchlib.steady_state(load, counter, benchlib.stack_pids(state), quick)
+    out.update(name="s3-raw-get (baseline a)", objects=len(keys), concurrency=CONCURRENCY)
+    return out
 
 
-def run_kafka(state: Any, values: list[bytes]) -> dict[str, Any]:
+def run_kafka(state: Any, values: list[bytes], quick: bool) -> dict[str, Any]:
+    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
     from confluent_kafka import Consumer as KConsumer
     from confluent_kafka import Producer as KProducer
 
     from memq.storage_handlers.kafka_sink import ensure_topic
 
-    topic = "bench-kafka-consume"
-    ensure_topic(state.kafka_bootstrap, topic, 4)
+    topic = f"bench-kafka-consume-{uuid.uuid4().hex[:8]}"
+    ensure_topic(state.kafka_bootstrap, topic, PARTITIONS)
     p = KProducer({"bootstrap.servers": state.kafka_bootstrap, "acks": "all", "linger.ms": 5})
     for v in values:
         while True:
@@ -159,54 +165,64 @@ def run_kafka(state: Any, values: list[bytes]) -> dict[str, Any]:
                 break
             except BufferError:
                 p.poll(0.05)
-    p.flush(600)
-    c = KConsumer({"bootstrap.servers": state.kafka_bootstrap, "group.id": "bench-kafka", **GROUP})
-    c.subscribe([topic])
-    got = nbytes = 0
-    t0: float | None = None
-    deadline = time.monotonic() + 600
-    while got < len(values) and time.monotonic() < deadline:
-        for m in c.consume(2000, 1.0):
-            if m.error() is None:
-                if t0 is None:
-                    t0 = now()
-                got += 1
-                nbytes += len(m.value() or b"")
-    seconds = now() - (t0 or now())
-    c.close()
-    if got != len(values):
-        raise RuntimeError(f"kafka baseline consumed {got} of {len(values)}")
-    return {
-        "name": "kafka-direct (baseline b)",
-        "records": got,
-        "payload_MB": round(nbytes / 1e6, 2),
-        "seconds": round(seconds, 3),
-        "MBps": round(nbytes / 1e6 / seconds, 2),
-        "records_per_s": round(got / seconds),
-    }
+    if p.flush(600):
+        raise RuntimeError("kafka baseline: loading did not complete in 600 s")
+    counter = Counter()
+    start = [TopicPartition(topic, i, OFFSET_BEGINNING) for i in range(PARTITIONS)]
+
+    def load(stop: threading.Event) -> None:
+        # fetch sizes raised per librdkafka's throughput advice
+        c = KConsumer(
+            {
+                "bootstrap.servers": state.kafka_bootstrap,
+                "group.id": f"bench-kafka-{uuid.uuid4().hex[:8]}",
+                "enable.auto.commit": False,
+                "fetch.max.bytes": 64 << 20,
+                "max.partition.fetch.bytes": 8 << 20,
+                "queued.max.messages.kbytes": 262_144,
+            }
+        )
+        try:
+            c.assign(start)
+            got = 0
+            while not stop.is_set():
+                ms = [m for m in c.consume(2000, 1.0) if m.error() is None]
+                got += len(ms)
+                counter.add(sum(len(m.value() or b"") for m in ms), len(ms))
+                if got >= len(values):
+                    got = 0
+                    c.assign(start)
+        finally:
+            c.close()
+
+    try:
+        out = benchlib.steady_state(load, counter, benchlib.stack_pids(state), quick)
+    finally:
+        benchlib.delete_kafka_topic(state.kafka_bootstrap, topic)
+    out.update(name="kafka-direct (baseline b)")
+    return out
 
 
 def run(records: int, quick: bool) -> dict[str, Any]:
     values = benchlib.log_records(records, RECORD)
-    payload = sum(len(v) for v in values)
     results: dict[str, dict[str, Any]] = {}
     with benchlib.private_stack() as state:
         root = tempfile.mkdtemp(prefix="memq-bench-consume-")
         for storage in ("s3", "filesystem"):
+            topic = f"consume-{storage}-{uuid.uuid4().hex[:6]}"
             with benchlib.broker_process(
-                state, f"bc-{storage}", broker_cfg(state, storage, root)
+                state, f"bc-{storage}", broker_cfg(state, storage, root, topic)
             ) as info:
                 eprint(f"loading {records} records into {storage}")
-                keys = load(info["endpoint"], f"consume-{storage}", values)
+                keys = load(info["endpoint"], topic, values)
                 eprint(f"memq consume from {storage}")
-                results[storage] = run_memq(
-                    info["endpoint"], f"consume-{storage}", records, f"memq-{storage}"
-                )
+                results[storage] = run_memq(state, info, topic, records, f"memq-{storage}", quick)
                 if storage == "s3":
                     eprint("baseline (a): raw parallel GETs")
-                    results["s3raw"] = run_raw_gets(state, keys, records, payload)
+                    results["s3raw"] = run_raw_gets(state, keys, quick)
+        shutil.rmtree(root, ignore_errors=True)
         eprint("baseline (b): confluent-kafka consuming from Tansu")
-        results["kafka"] = run_kafka(state, values)
+        results["kafka"] = run_kafka(state, values, quick)
     results["s3"]["vs_s3_raw_get"] = round(results["s3"]["MBps"] / results["s3raw"]["MBps"], 3)
     results["filesystem"]["vs_kafka_direct"] = round(
         results["filesystem"]["MBps"] / results["kafka"]["MBps"], 3
@@ -221,12 +237,19 @@ def run(records: int, quick: bool) -> dict[str, Any]:
     }
     for t in targets.values():
         t["met"] = t["value"] >= t["target"]
+    warmup, window = benchlib.timing(quick)
     return {
         "benchmark": "consume",
         "quick": quick,
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": benchlib.machine(),
-        "setup": {"record_bytes": RECORD, "records": records, "fetch_concurrency": CONCURRENCY},
+        "setup": {
+            "record_bytes": RECORD,
+            "records": records,
+            "fetch_concurrency": CONCURRENCY,
+            "warmup_s": warmup,
+            "window_s": window,
+        },
         "results": results,
         "targets": targets,
     }
@@ -236,20 +259,27 @@ def print_table(doc: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title="MemQ consume, 1 KiB records (timed from the first record)")
-    for col in ("run", "MB/s", "records/s", "seconds", "ratio"):
+    s = doc["setup"]
+    smoke = " [SMOKE: 2 s window, not a figure]" if doc["quick"] else ""
+    t = Table(
+        title=f"MemQ consume, 1 KiB records, {s['window_s']:g} s steady window after "
+        f"{s['warmup_s']:g} s warm-up{smoke}"
+    )
+    procs = ("client", "broker", "kafka_tansu", "s3_moto")
+    for col in ("run", "MB/s", "1 s min-max", "ratio", *(f"{p} CPU-s/GiB" for p in procs)):
         t.add_column(col, justify="right")
     for key, r in doc["results"].items():
         ratio = r.get("vs_s3_raw_get") if key == "s3" else r.get("vs_kafka_direct")
         basis = " vs (a)" if key == "s3" else " vs (b)"
+        one = r.get("MBps_1s") or {}
         t.add_row(
             r["name"],
             f"{r['MBps']:.1f}",
-            f"{r['records_per_s']:,}",
-            f"{r['seconds']:.2f}",
+            f"{one.get('min', '-')}-{one.get('max', '-')}",
             f"{ratio:.2f}x{basis}" if ratio is not None else "baseline",
+            *(str(r["cpu_s_per_GiB"].get(p, "-")) for p in procs),
         )
-    c = Console(width=max(Console().width, 110))
+    c = Console(width=max(Console().width, 140))
     c.print(t)
     for name, tg in doc["targets"].items():
         mark = "[green]met[/green]" if tg["met"] else "[red]NOT met[/red]"
@@ -259,10 +289,15 @@ def print_table(doc: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--records", type=int, default=None, help="default 262144 (256 MiB)")
+    ap.add_argument(
+        "--records",
+        type=int,
+        default=None,
+        help="records written once and re-read (default 131072 = 128 MiB)",
+    )
     ap.add_argument("--out", type=Path, default=benchlib.RESULTS / "consume.json")
     args = ap.parse_args(argv)
-    records = args.records or (8192 if args.quick else 262144)
+    records = args.records or (8192 if args.quick else 131072)
     doc = run(records, args.quick)
     print_table(doc)
     benchlib.write_result(doc, args.out)

@@ -13,6 +13,13 @@ the steady window (``--seconds``, after the topics exist and a warm-up):
 - the trickle topics' ack latency p50/p99 (acks=all: the record's batch is in storage
   and its notification acknowledged by Kafka: the moment a consumer can see it).
 
+Also per process CPU seconds in the window (broker, hot producer, this process as the
+trickle generator, Kafka, S3, ZooKeeper), the broker's PING round trip (event-loop lag)
+and the mean notification / ack=all latency from its metrics (scraped before the warm-up
+and after the window: a scrape of 1,000 topics stalls the broker's loop).
+``--notify-idempotence off|both`` runs the broker's notification producer without
+idempotence: it isolates the local Kafka's per-write cost of idempotent producer state.
+
 Targets: 1,000 topics under 1 GiB broker RSS; hot-topic throughput >= 0.9x the 1-topic
 run. Storage is devnull by default (the broker and Kafka are measured, not moto's PUT
 rate; ``--storage s3`` uses the local S3). Writes ``benchmarks/results/topics.json``.
@@ -23,6 +30,7 @@ rate; ``--storage s3`` uses the local S3). Writes ``benchmarks/results/topics.js
 from __future__ import annotations
 
 import argparse
+import contextlib
 import multiprocessing as mp
 import os
 import sys
@@ -41,7 +49,7 @@ MiB = 1 << 20
 RECORD = 1024
 
 
-def broker_cfg(state: Any, storage: str) -> dict[str, Any]:
+def broker_cfg(state: Any, storage: str, idempotent: bool = True) -> dict[str, Any]:
     store: dict[str, Any] = {"type": storage}
     if storage == "s3":
         store["s3"] = {
@@ -49,6 +57,10 @@ def broker_cfg(state: Any, storage: str) -> dict[str, Any]:
             "endpoint_url": state.s3_endpoint,
             "region": "us-east-1",
         }
+    notification: dict[str, Any] = {"bootstrap_servers": state.kafka_bootstrap, "partitions": 1}
+    if not idempotent:
+        # Isolates the local Kafka's idempotent-produce cost (see the module docstring).
+        notification["producer"] = {"enable.idempotence": False}
     return {
         "broker_id": f"topics-{storage}",
         "cluster": "bench",
@@ -59,7 +71,7 @@ def broker_cfg(state: Any, storage: str) -> dict[str, Any]:
         "topic_defaults": {
             "storage": store,
             # One read partition per topic: what a trickle topic's owner would choose.
-            "notification": {"bootstrap_servers": state.kafka_bootstrap, "partitions": 1},
+            "notification": notification,
             "batch": {"bytes": 8 * MiB, "ms": 1000},
         },
     }
@@ -78,6 +90,65 @@ def gauge(http: str, name: str) -> float:
             if line.startswith(name + " "):
                 return float(line.split()[1])
     return float("nan")
+
+
+def notify_stats(http: str) -> dict[str, float]:
+    """Sums and counts of the notification and ack=all latency histograms: for the hot
+    topic and for all trickle topics together."""
+    out: dict[str, float] = {}
+    with urllib.request.urlopen(f"{http}/metrics", timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            for metric in ("memq_notification_seconds", "memq_ack_seconds"):
+                for part in ("_sum", "_count"):
+                    if not line.startswith(metric + part + "{"):
+                        continue
+                    who = "hot" if 'topic="hot"' in line else "trickle"
+                    key = f"{metric}{part}:{who}"
+                    out[key] = out.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def mean_ms(a: dict[str, float], b: dict[str, float], metric: str, who: str) -> float | None:
+    n = b.get(f"{metric}_count:{who}", 0.0) - a.get(f"{metric}_count:{who}", 0.0)
+    total = b.get(f"{metric}_sum:{who}", 0.0) - a.get(f"{metric}_sum:{who}", 0.0)
+    return round(total / n * 1000, 1) if n else None
+
+
+def cpu_now(pids: dict[str, int | None]) -> dict[str, float]:
+    """CPU seconds so far of each named process (the ones that still exist)."""
+    out = {}
+    for name, pid in pids.items():
+        if pid is None:
+            continue
+        with contextlib.suppress(OSError):
+            out[name] = benchlib.cpu_seconds(pid)
+    return out
+
+
+def ping_probe(boot: str, stop: threading.Event, rtts: list[float]) -> None:
+    """PING the broker every 20 ms on its own connection: the round trip is mostly how
+    long the broker's event loop takes to get to a ready socket (its lag)."""
+    import socket
+
+    from memq.formats.frames import FrameReceiver, RequestType, encode_request
+
+    host, port = boot.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        rx = FrameReceiver()
+        rid = 0
+        while not stop.is_set():
+            rid += 1
+            t0 = time.perf_counter()
+            sock.sendall(encode_request(RequestType.PING, rid, b"p"))
+            frames: list[Any] = []
+            while not frames:
+                buf = rx.get_buffer()
+                n = sock.recv_into(buf)
+                if n == 0:
+                    return
+                frames = rx.received(n)
+            rtts.append(time.perf_counter() - t0)
+            stop.wait(0.02)
 
 
 def hot_loop(boot: str, topic: str, seconds: float, warmup: float, out: Any) -> None:
@@ -104,10 +175,13 @@ def hot_loop(boot: str, topic: str, seconds: float, warmup: float, out: Any) -> 
     out.put((acked[0], seconds))
 
 
-def run_one(state: Any, n_topics: int, seconds: float, storage: str) -> dict[str, Any]:
+def run_one(
+    state: Any, n_topics: int, seconds: float, storage: str, idempotent: bool = True
+) -> dict[str, Any]:
     from memq import Producer
 
-    with benchlib.broker_process(state, f"topics-{n_topics}", broker_cfg(state, storage)) as b:
+    cfg = broker_cfg(state, storage, idempotent)
+    with benchlib.broker_process(state, f"topics-{n_topics}", cfg) as b:
         boot, pid = b["endpoint"], b["pid"]
         names = [f"trickle-{i:04d}" for i in range(n_topics - 1)]
         p = Producer({"bootstrap.servers": boot, "acks": "all", "audit.enable": False,
@@ -136,18 +210,37 @@ def run_one(state: Any, n_topics: int, seconds: float, storage: str) -> dict[str
                     latencies.append(time.time() * 1000 - md.timestamp)
 
         rss: list[int] = []
-        cpu0 = benchlib.cpu_seconds(pid)
+        procs = {
+            "broker": pid,
+            "hot_producer": hot.pid,
+            "trickle_producer": os.getpid(),  # this process: the trickle loop + its client
+            "kafka": state.services["kafka"].pid,
+            "s3": state.services["s3"].pid,
+            "zookeeper": state.services["zookeeper"].pid,
+        }
+        cpu0: dict[str, float] = {}
+        stats0 = notify_stats(b["http"])  # before the window: a scrape stalls the broker
+        pings: list[float] = []
+        stop_ping = threading.Event()
+        pinger = threading.Thread(target=ping_probe, args=(boot, stop_ping, pings), daemon=True)
         t_start = time.monotonic() + warmup
         tick = time.monotonic()
         while time.monotonic() < t_start + seconds:
             measuring = time.monotonic() >= t_start
+            if measuring and not cpu0:
+                cpu0 = cpu_now(procs)
+                pinger.start()
             for name in names:  # one record per trickle topic per second
                 p.produce(name, b"x" * 100, on_delivery=cb if measuring else None)
             if measuring:
                 rss.append(rss_bytes(pid))
             tick += 1.0
             time.sleep(max(0.0, tick - time.monotonic()))  # the trickle's pace
-        cpu = benchlib.cpu_seconds(pid) - cpu0
+        cpu1 = cpu_now(procs)
+        stop_ping.set()
+        pinger.join(30)
+        stats1 = notify_stats(b["http"])
+        cpu = {k: round(cpu1[k] - v, 2) for k, v in cpu0.items() if k in cpu1}
         p.flush(120)
         hot_bytes, hot_s = q.get(timeout=300)
         hot.join(60)
@@ -160,7 +253,8 @@ def run_one(state: Any, n_topics: int, seconds: float, storage: str) -> dict[str
         "create_s": round(create_s, 2),
         "broker_rss_MB": round(max(rss) / 1e6, 1) if rss else None,
         "broker_peak_rss_MB": round(peak / 1e6, 1),
-        "broker_cpu_s": round(cpu, 2),
+        "broker_cpu_s": cpu.get("broker"),
+        "cpu_s_in_window": cpu,
         "pool_allocated_MB": round(pool_allocated / 1e6, 2),
         "pool_held_MB": round(pool_held / 1e6, 2),
         "hot_MBps": round(hot_bytes / hot_s / 1e6, 2),
@@ -168,6 +262,12 @@ def run_one(state: Any, n_topics: int, seconds: float, storage: str) -> dict[str
         "trickle_failed": failed[0],
         "trickle_ack_p50_ms": round(percentile(latencies, 0.5), 1) if latencies else None,
         "trickle_ack_p99_ms": round(percentile(latencies, 0.99), 1) if latencies else None,
+        "notify_idempotent": idempotent,
+        "ping_p50_ms": round(percentile(pings, 0.5) * 1000, 1) if pings else None,
+        "ping_p99_ms": round(percentile(pings, 0.99) * 1000, 1) if pings else None,
+        "hot_notify_mean_ms": mean_ms(stats0, stats1, "memq_notification_seconds", "hot"),
+        "hot_ack_mean_ms": mean_ms(stats0, stats1, "memq_ack_seconds", "hot"),
+        "trickle_notify_mean_ms": mean_ms(stats0, stats1, "memq_notification_seconds", "trickle"),
     }
 
 
@@ -177,35 +277,59 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--topics", default=None, help="comma-separated topic counts")
     ap.add_argument("--seconds", type=float, default=None, help="steady window per count")
     ap.add_argument("--storage", choices=("devnull", "s3"), default="devnull")
+    ap.add_argument(
+        "--notify-idempotence",
+        choices=("on", "off", "both"),
+        default="on",
+        help="the broker's notification producer: idempotent (the default, as shipped), "
+        "not, or both runs per topic count (off isolates the local Kafka's per-write cost "
+        "of idempotent producer state)",
+    )
     ap.add_argument("--out", type=Path, default=benchlib.RESULTS / "topics.json")
     a = ap.parse_args(argv)
+    modes = {"on": [True], "off": [False], "both": [True, False]}[a.notify_idempotence]
     counts = [int(x) for x in (a.topics or ("1,20" if a.quick else "1,100,1000")).split(",")]
     seconds = a.seconds or (4.0 if a.quick else 20.0)
     doc: dict[str, Any] = {"benchmark": "topics", "quick": a.quick, "storage": a.storage,
                            "seconds": seconds, "machine": benchlib.machine(), "runs": []}  # fmt: skip
     with benchlib.private_stack() as state:
-        for n in counts:
-            eprint(f"bench_topics: {n} topics ({a.storage}, {seconds:.0f} s)")
-            doc["runs"].append(run_one(state, n, seconds, a.storage))
-    base = next((r for r in doc["runs"] if r["topics"] == 1), None)
+        for idem in modes:
+            for n in counts:
+                eprint(f"bench_topics: {n} topics ({a.storage}, {seconds:.0f} s, idempotent "
+                       f"notifications {'on' if idem else 'off'})")  # fmt: skip
+                doc["runs"].append(run_one(state, n, seconds, a.storage, idem))
     for r in doc["runs"]:
+        base = next(
+            (
+                x
+                for x in doc["runs"]
+                if x["topics"] == 1 and x["notify_idempotent"] == r["notify_idempotent"]
+            ),
+            None,
+        )
         r["hot_vs_1_topic"] = round(r["hot_MBps"] / base["hot_MBps"], 3) if base else None
-    big = max(doc["runs"], key=lambda r: r["topics"])
+    big = max(doc["runs"], key=lambda r: r["broker_peak_rss_MB"])
     doc["targets"] = {
         "rss_under_1GiB_at_max_topics": big["broker_peak_rss_MB"] < (1 << 30) / 1e6,
-        "hot_ratio_at_least_0.9": all(
-            r["hot_vs_1_topic"] is None or r["hot_vs_1_topic"] >= 0.9 for r in doc["runs"]
+        # None: no 1-topic run to compare with.
+        "hot_ratio_at_least_0.9": (
+            all(r["hot_vs_1_topic"] >= 0.9 for r in doc["runs"])
+            if all(r["hot_vs_1_topic"] is not None for r in doc["runs"])
+            else None
         ),
     }
-    print(f"{'topics':>7} {'RSS MB':>8} {'peak MB':>8} {'pool MB':>8} {'hot MB/s':>9} "
-          f"{'vs 1':>6} {'p50 ms':>7} {'p99 ms':>7} {'cpu s':>6}")  # fmt: skip
+    print(f"{'topics':>7} {'idem':>5} {'RSS MB':>8} {'peak MB':>8} {'pool MB':>8} "
+          f"{'hot MB/s':>9} {'vs 1':>6} {'p50 ms':>7} {'p99 ms':>7} {'hot notify ms':>13}  "
+          "CPU s in window")  # fmt: skip
     for r in doc["runs"]:
-        print(f"{r['topics']:>7} {r['broker_rss_MB']:>8} {r['broker_peak_rss_MB']:>8} "
-              f"{r['pool_allocated_MB']:>8} {r['hot_MBps']:>9} {r['hot_vs_1_topic']:>6} "
+        cpu = " ".join(f"{k}={v}" for k, v in r["cpu_s_in_window"].items())
+        print(f"{r['topics']:>7} {'on' if r['notify_idempotent'] else 'off':>5} "
+              f"{r['broker_rss_MB']!s:>8} {r['broker_peak_rss_MB']:>8} "
+              f"{r['pool_allocated_MB']:>8} {r['hot_MBps']:>9} {r['hot_vs_1_topic']!s:>6} "
               f"{r['trickle_ack_p50_ms']!s:>7} {r['trickle_ack_p99_ms']!s:>7} "
-              f"{r['broker_cpu_s']:>6}")  # fmt: skip
+              f"{r['hot_notify_mean_ms']!s:>13}  {cpu}")  # fmt: skip
     for k, v in doc["targets"].items():
-        print(f"target {k}: {'met' if v else 'NOT met'}")
+        print(f"target {k}: {'n/a' if v is None else 'met' if v else 'NOT met'}")
     benchlib.write_result(doc, a.out)
     return 0
 

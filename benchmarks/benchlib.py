@@ -12,7 +12,7 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -143,3 +143,216 @@ def now() -> float:
 
 def eprint(*a: Any) -> None:
     print(*a, file=sys.stderr, flush=True)
+
+
+# --- steady-state measurement ------------------------------------------------------------
+
+GiB = 1 << 30
+WINDOW_S = 20.0  # full mode: the measured window (issue 19: >= 20 s in steady state)
+WARMUP_S = 5.0
+QUICK_WINDOW_S = 2.0  # --quick: a smoke of the method, not a figure
+QUICK_WARMUP_S = 0.5
+
+
+def timing(quick: bool) -> tuple[float, float]:
+    """(warm-up, window) seconds for full or quick (smoke) mode."""
+    return (QUICK_WARMUP_S, QUICK_WINDOW_S) if quick else (WARMUP_S, WINDOW_S)
+
+
+class Counter:
+    """Bytes and records acknowledged (or handed out) so far, read at the window's edges:
+    the bytes acknowledged inside the window are the difference, i.e. ack timestamps are
+    windowed (an ack counts where it happened, not where its record was produced)."""
+
+    __slots__ = ("_lock", "bytes", "errors", "records")
+
+    def __init__(self) -> None:
+        import threading
+
+        self.bytes = 0
+        self.records = 0
+        self.errors = 0
+        self._lock = threading.Lock()
+
+    def add(self, nbytes: int, records: int = 1) -> None:
+        with self._lock:
+            self.bytes += nbytes
+            self.records += records
+
+    def snap(self) -> tuple[float, int, int]:
+        return now(), self.bytes, self.records
+
+
+def process_tree(root: int) -> list[int]:
+    """``root`` and its live descendants (for Spark: the JVM and its Python workers)."""
+    children: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(d.name))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, []))
+    return out
+
+
+def tree_cpu_seconds(root: int) -> float:
+    total = 0.0
+    for pid in process_tree(root):
+        with suppress(OSError, IndexError, ValueError):  # exited meanwhile
+            total += cpu_seconds(pid)
+    return total
+
+
+def stack_pids(state: StackState) -> dict[str, int]:
+    """The local stack's Kafka (Tansu) and S3 (moto) processes, when this run started
+    them (an external stack's pids are unknown: then they are not reported)."""
+    out: dict[str, int] = {}
+    for label, name in (("kafka_tansu", "kafka"), ("s3_moto", "s3")):
+        st = state.services.get(name)
+        if st is not None and st.pid is not None and Path(f"/proc/{st.pid}/stat").exists():
+            out[label] = st.pid
+    return out
+
+
+def _cpu_all(procs: dict[str, int]) -> dict[str, float]:
+    out = {}
+    for name, pid in procs.items():
+        try:
+            out[name] = tree_cpu_seconds(pid) if name.endswith("_tree") else cpu_seconds(pid)
+        except (OSError, IndexError, ValueError):
+            out[name] = float("nan")
+    return out
+
+
+def steady_state(
+    load: Any,
+    counter: Counter,
+    procs: dict[str, int],
+    quick: bool,
+    *,
+    min_bytes: int = 0,
+) -> dict[str, Any]:
+    """Run ``load(stop_event)`` in a thread; after the warm-up (excluded), count only what
+    ``counter`` gains during the window (>= 20 s, or 2 s with ``quick``), with CPU
+    seconds (utime + stime from /proc) of every process in ``procs`` ({label: pid}; a
+    label ending in ``_tree`` counts the pid's descendants too) sampled at the window's
+    edges. ``load`` must return soon after the event is set (it may drain first)."""
+    import threading
+
+    warmup, window = timing(quick)
+    stop_ev = threading.Event()
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            load(stop_ev)
+        except BaseException as e:  # reported below, on the measuring thread
+            failure.append(e)
+
+    procs = {"client": os.getpid(), **procs}
+    t = threading.Thread(target=run, name="bench-load", daemon=True)
+    t.start()
+    stop_ev.wait(warmup)
+    cpu0, (t0, b0, r0) = _cpu_all(procs), counter.snap()
+    series: list[float] = []
+    last_t, last_b = t0, b0
+    deadline = t0 + window
+    while not failure and t.is_alive():
+        left = deadline - now()
+        if left <= 0 and counter.bytes - b0 >= min_bytes:
+            break
+        stop_ev.wait(min(1.0, max(left, 0.05)))
+        tn, bn = now(), counter.bytes
+        series.append((bn - last_b) / 1e6 / (tn - last_t))
+        last_t, last_b = tn, bn
+    t1, b1, r1 = counter.snap()
+    cpu1 = _cpu_all(procs)
+    stop_ev.set()
+    t.join(600)
+    if failure:
+        raise failure[0]
+    if t.is_alive():
+        raise RuntimeError("benchmark load did not stop within 600 s of the window's end")
+    if counter.errors:
+        raise RuntimeError(f"{counter.errors} errors during the benchmark load")
+    seconds, nbytes = t1 - t0, b1 - b0
+    if nbytes <= 0:
+        raise RuntimeError(f"nothing acknowledged in the {seconds:.1f} s window")
+    gib = nbytes / GiB
+    return {
+        "window_s": round(seconds, 2),
+        "warmup_s": warmup,
+        "window_MB": round(nbytes / 1e6, 1),
+        "records": r1 - r0,
+        "MBps": round(nbytes / 1e6 / seconds, 2),
+        "records_per_s": round((r1 - r0) / seconds),
+        # per-second rates inside the window: how steady the "steady state" was
+        "MBps_1s": {"min": round(min(series), 1), "max": round(max(series), 1)} if series else None,
+        "cpu_s_per_GiB": {k: round((cpu1[k] - cpu0[k]) / gib, 2) for k in procs},
+        "smoke": quick,
+    }
+
+
+def repeat_window(
+    job: Any, procs: dict[str, int], quick: bool, warmup_runs: int = 1
+) -> dict[str, Any]:
+    """For batch jobs (Spark, a bulk download): ``job()`` -> (bytes, records) is run
+    ``warmup_runs`` times unmeasured, then back to back until the window (>= 20 s; 2 s
+    quick) is over; the rate is the total over the total time of the measured runs."""
+    for _ in range(warmup_runs):
+        job()
+    _, window = timing(quick)
+    procs = {"client": os.getpid(), **procs}
+    cpu0 = _cpu_all(procs)
+    t0 = now()
+    nbytes = records = runs = 0
+    per_run: list[float] = []
+    while runs == 0 or now() - t0 < window:
+        s = now()
+        b, r = job()
+        per_run.append(now() - s)
+        nbytes, records, runs = nbytes + b, records + r, runs + 1
+    seconds = now() - t0
+    cpu1 = _cpu_all(procs)
+    gib = nbytes / GiB
+    return {
+        "window_s": round(seconds, 2),
+        "runs": runs,
+        "run_s": {"min": round(min(per_run), 3), "max": round(max(per_run), 3)},
+        "window_MB": round(nbytes / 1e6, 1),
+        "records": records,
+        "MBps": round(nbytes / 1e6 / seconds, 2),
+        "records_per_s": round(records / seconds),
+        "cpu_s_per_GiB": {k: round((cpu1[k] - cpu0[k]) / gib, 2) for k in procs},
+        "smoke": quick,
+    }
+
+
+def spread_rows(runs: list[dict[str, Any]], key: str) -> dict[str, Any]:
+    """min/median/max of a steady-state result's MB/s and CPU-s/GiB per process over
+    repetitions (``runs``: one dict of results per repetition)."""
+    rs = [r[key] for r in runs]
+    out: dict[str, Any] = {"MBps": spread([r["MBps"] for r in rs])}
+    procs = set.intersection(*(set(r["cpu_s_per_GiB"]) for r in rs))
+    out["cpu_s_per_GiB"] = {p: spread([r["cpu_s_per_GiB"][p] for r in rs]) for p in sorted(procs)}
+    return out
+
+
+def delete_kafka_topic(bootstrap: str, topic: str) -> None:
+    """Delete a baseline's Kafka topic and wait: the local Tansu keeps topics in memory,
+    and a 20 s window at full speed leaves GiBs there (best effort: reported, not fatal)."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        for f in admin.delete_topics([topic], operation_timeout=60).values():
+            f.result(90)
+    except Exception as e:
+        eprint(f"could not delete Kafka topic {topic}: {e}")

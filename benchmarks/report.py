@@ -23,6 +23,20 @@ def _x(s: dict[str, float]) -> str:
     return _f(s, "{:.2f}x")
 
 
+PROCS = ("client", "broker", "kafka_tansu", "s3_moto")
+BACKFILL_PROCS = ("client", "spark_tree", "broker", "s3_moto")
+INGEST_MEMQ = ("devnull", "devnull_batch", "filesystem", "filesystem_batch", "s3", "s3_batch")
+
+
+def _cpus(row: dict[str, Any], procs: tuple[str, ...] = PROCS) -> str:
+    """CPU-s/GiB cells per process (median, min-max); blank where not measured."""
+    cpu = row.get("cpu_s_per_GiB", {})
+    return " | ".join(
+        f"**{cpu[p]['median']:.2f}** ({cpu[p]['min']:.2f}-{cpu[p]['max']:.2f})" if p in cpu else ""
+        for p in procs
+    )
+
+
 def cost_section(doc: dict[str, Any]) -> dict[str, Any]:
     """Cost model for a reference workload, with this run's measured PUTs/GiB beside the
     model's (the model assumes every batch fills ``batch.bytes`` when traffic allows)."""
@@ -61,37 +75,33 @@ def _plots(doc: dict[str, Any], out: Path) -> list[str]:
 
     if "ingest" in sec:
         modes = list(sec["ingest"]["acks"])
-        names = ["devnull", "filesystem", "filesystem_zstd", "s3"]
-        fig, ax = plt.subplots(figsize=(8, 4.2))
-        width = 0.8 / len(modes)
-        for i, acks in enumerate(modes):
-            rows = sec["ingest"]["acks"][acks]["rows"]
-            med, err = _err([rows[n]["MBps"] for n in names])
-            xs = [j + i * width for j in range(len(names))]
-            ax.bar(xs, med, width, yerr=err, capsize=3, label=f"MemQ acks={acks}")
         rows = sec["ingest"]["acks"][modes[-1]]["rows"]
+        names = [n for n in INGEST_MEMQ if n in rows]
+        fig, ax = plt.subplots(figsize=(9, 4.2))
+        med, err = _err([rows[n]["MBps"] for n in names])
+        ax.bar(names, med, yerr=err, capsize=3, label=f"MemQ acks={modes[-1]}")
         ax.axhline(rows["kafka_direct"]["MBps"]["median"], color="k", ls="--",
-                   label="Kafka direct (baseline)")  # fmt: skip
+                   label="Kafka direct, 1 thread (baseline)")  # fmt: skip
         ax.axhline(rows["s3_raw_put"]["MBps"]["median"], color="tab:red", ls=":",
                    label="raw S3 PUT (baseline)")  # fmt: skip
-        ax.set_xticks([j + width * (len(modes) - 1) / 2 for j in range(len(names))], names)
+        ax.tick_params(axis="x", labelsize=7)
         ax.set_ylabel("MB/s of record payload")
-        ax.set_title("Ingest throughput (median, min-max bars)")
+        ax.set_title("Ingest, steady state (median, min-max bars)")
         ax.legend(fontsize=8)
         save(fig, "ingest.png")
 
-        fig, ax = plt.subplots(figsize=(7, 3.8))
-        rows = sec["ingest"]["acks"][modes[-1]]["rows"]
-        st = ["devnull", "filesystem", "s3"]
-        med, err = _err([rows[n]["broker_cpu_s_per_GiB"] for n in st])
-        ax.bar(st, med, yerr=err, capsize=3, color="tab:purple")
-        ax.set_ylabel("broker CPU seconds per GiB")
-        ax2 = ax.twinx()
-        ax2.plot(
-            st, [rows[n]["broker_peak_rss_MB"]["median"] for n in st], "o-", color="tab:orange"
-        )
-        ax2.set_ylabel("broker peak RSS (MB)", color="tab:orange")
-        ax.set_title(f"Broker cost per storage (acks={modes[-1]})")
+        fig, ax = plt.subplots(figsize=(9, 4))
+        allnames = ["kafka_direct", "s3_raw_put", *names]
+        procs = ["client", "broker", "kafka_tansu", "s3_moto"]
+        bottom = [0.0] * len(allnames)
+        for p in procs:
+            vals = [rows[n]["cpu_s_per_GiB"].get(p, {}).get("median", 0.0) for n in allnames]
+            ax.bar(allnames, vals, bottom=bottom, label=p)
+            bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
+        ax.tick_params(axis="x", labelsize=7)
+        ax.set_ylabel("CPU seconds per GiB (median)")
+        ax.set_title(f"CPU per GiB ingested, per process (acks={modes[-1]})")
+        ax.legend(fontsize=8)
         save(fig, "broker_resources.png")
 
     if "latency" in sec:
@@ -153,7 +163,7 @@ def _plots(doc: dict[str, Any], out: Path) -> list[str]:
         fig, ax = plt.subplots(figsize=(8, 3.8))
         ax.barh([n.replace("_", " ") for n in names], med, xerr=err, capsize=3)
         ax.set_xlabel("records/s")
-        ax.set_title("Backfill vs raw parallel download")
+        ax.set_title("Backfill readers, steady state (Spark local[*])")
         save(fig, "backfill.png")
 
     if "scaling" in sec:
@@ -208,30 +218,36 @@ def _md(doc: dict[str, Any], plots: list[str]) -> str:
         lines.append("")
     if "ingest" in sec:
         ing = sec["ingest"]
-        lines += [f"## Ingest ({ing['records']:,} records of {ing['record_bytes']} B, 4 threads, "
-              "broker in its own process)", ""]  # fmt: skip
+        lines += [f"## Ingest (1 KiB records, ONE producing thread per client, broker in its own "
+              f"process; {ing['window_s']:g} s steady windows after {ing['warmup_s']:g} s "
+              "warm-up)", "",
+              "Only bytes acknowledged inside the window count; CPU-s/GiB is utime + stime "
+              "from /proc per process over the window, per GiB acknowledged in it. Kafka "
+              "baseline: confluent-kafka, one thread, to Tansu with "
+              + ", ".join(f"{k}={v}" for k, v in ing["kafka_settings"].items())
+              + ". Raw S3 PUT baseline: 8 MiB objects, 4 at a time (the broker's ring).",
+              ""]  # fmt: skip
         for acks, d in ing["acks"].items():
             rows = d["rows"]
             lines += [f"### acks={acks}", "",
-                  f"Baselines: Kafka direct (confluent-kafka -> Tansu, acks=all) "
-                  f"{_f(rows['kafka_direct']['MBps'])} MB/s; raw S3 PUT of 8 MiB objects "
-                  f"{_f(rows['s3_raw_put']['MBps'])} MB/s.", "",
-                  "| storage | MB/s | vs Kafka direct | vs raw S3 PUT | ack p99 ms | broker CPU s/GiB | broker peak RSS MB |",
-                  "|---|---|---|---|---|---|---|"]  # fmt: skip
-            for n in ("devnull", "filesystem", "filesystem_zstd", "s3"):
+                  "| run | MB/s | ratio to baseline | ack p99 ms | PUTs/GiB | "
+                  + " | ".join(f"{p} CPU-s/GiB" for p in PROCS) + " |",
+                  "|---|---|---|---|---|" + "---|" * len(PROCS)]  # fmt: skip
+            for n in ("kafka_direct", "s3_raw_put", *INGEST_MEMQ):
+                if n not in rows:
+                    continue
                 r = rows[n]
-                lines.append(f"| {n} | {_f(r['MBps'])} | {_x(r['vs_kafka_direct'])} | "
-                         f"{_x(r['vs_s3_raw_put'])} | {_f(r['ack_p99_ms'])} | "
-                         f"{_f(r['broker_cpu_s_per_GiB'], '{:.1f}')} | {_f(r['broker_peak_rss_MB'])} |")  # fmt: skip
-            puts = rows["s3"]["puts_per_GiB"]
-            lines += [
-                "",
-                f"S3 PUTs per GiB: {_f(puts, '{:.1f}')} (ideal 128 with 8 MiB batches)"
-                + ("." if acks == "all" else "; uploads after the last ack are not counted.")
-                if puts["max"] > 0
-                else "S3 PUTs per GiB: not measured (with acks=0 the run ends before uploads).",
-                "",
-            ]
+                if n in ("kafka_direct", "s3_raw_put"):
+                    ratio = "baseline"
+                elif n.startswith("s3"):
+                    ratio = _x(r["vs_s3_raw_put"]) + " vs raw PUT"
+                else:
+                    ratio = _x(r["vs_kafka_direct"]) + " vs Kafka"
+                puts = _f(r["puts_per_GiB"], "{:.0f}") if "puts_per_GiB" in r else ""
+                p99 = _f(r["ack_p99_ms"]) if "ack_p99_ms" in r else ""
+                lines.append(f"| {r['name']} | {_f(r['MBps'], '{:.1f}')} | {ratio} | {p99} | "
+                             f"{puts} | {_cpus(r)} |")  # fmt: skip
+            lines += ["", "S3 PUTs per GiB: ideal 128 with 8 MiB batches.", ""]
     if "latency" in sec:
         lat = sec["latency"]
         s = lat["setup"]
@@ -247,35 +263,58 @@ def _md(doc: dict[str, Any], plots: list[str]) -> str:
                      f"{p['put_usd_per_day_per_MBps']:.2f} |")  # fmt: skip
         lines.append("")
     if "consume" in sec:
-        rows = sec["consume"]["rows"]
-        lines += [f"## Consume ({sec['consume']['records']:,} records of 1 KiB, 4 fetch threads)", "",
-              "| path | MB/s | vs raw S3 GET | vs Kafka direct |", "|---|---|---|---|",
-              f"| memq.Consumer from S3 | {_f(rows['s3']['MBps'])} | {_x(rows['s3']['vs_s3_raw_get'])} | {_x(rows['s3']['vs_kafka_direct'])} |",
-              f"| memq.Consumer from filesystem | {_f(rows['filesystem']['MBps'])} | | {_x(rows['filesystem']['vs_kafka_direct'])} |",
-              f"| raw S3 GET (baseline) | {_f(rows['s3_raw_get']['MBps'])} | | |",
-              f"| Kafka direct consume (baseline) | {_f(rows['kafka_direct']['MBps'])} | | |", ""]  # fmt: skip
+        con = sec["consume"]
+        rows = con["rows"]
+        lines += [f"## Consume ({con['records']:,} records of 1 KiB written once and re-read in a "
+              f"loop, 4 fetch threads / 4 GET threads; {con['window_s']:g} s steady windows "
+              f"after {con['warmup_s']:g} s warm-up)", "",
+              "| path | MB/s | vs raw S3 GET | vs Kafka direct | "
+              + " | ".join(f"{p} CPU-s/GiB" for p in PROCS) + " |",
+              "|---|---|---|---|" + "---|" * len(PROCS)]  # fmt: skip
+        for n, label in (("s3", "memq.Consumer from S3"),
+                         ("filesystem", "memq.Consumer from filesystem"),
+                         ("s3_raw_get", "raw S3 GET (baseline)"),
+                         ("kafka_direct", "Kafka direct consume (baseline)")):  # fmt: skip
+            r = rows[n]
+            vs_get = _x(r["vs_s3_raw_get"]) if n == "s3" else ""
+            vs_k = _x(r["vs_kafka_direct"]) if n in ("s3", "filesystem") else ""
+            lines.append(f"| {label} | {_f(r['MBps'], '{:.1f}')} | {vs_get} | {vs_k} | "
+                         f"{_cpus(r)} |")  # fmt: skip
+        lines.append("")
     if "backfill" in sec:
         b = sec["backfill"]
-        lines += ["## Backfill (Spark local[*] -> Parquet) vs raw parallel download", ""]
+        lines += ["## Backfill: Spark `memq` source vs Spark's built-in Parquet reader", ""]
         if "skipped" in b:
             lines += [f"Skipped: {b['skipped']}.", ""]
         else:
             d = b["data"]
-            lines += [f"{d['objects']} objects, {d['records']:,} records, {d['object_bytes']:,} bytes.",
-                  "", "| reader | records/s | vs download ceiling |", "|---|---|---|"]  # fmt: skip
+            lines += [f"{d['objects']} objects, {d['records']:,} records of 1 KiB "
+                  f"({d['payload_bytes'] / 1e6:.0f} MB); the baseline reads the same records "
+                  f"as uncompressed Parquet on local disk ({d['baseline_parquet_bytes'] / 1e6:.0f}"
+                  " MB), the memq source reads them from moto over HTTP. Each reader's job "
+                  f"runs back to back for a {d['window_s']:g} s window after a warm-up job; "
+                  "MB/s of record payload. `spark` is the Spark JVM and its Python workers.",
+                  "", "| reader | MB/s | records/s | vs Parquet reader | "
+                  + " | ".join(f"{p} CPU-s/GiB" for p in BACKFILL_PROCS) + " |",
+                  "|---|---|---|---|" + "---|" * len(BACKFILL_PROCS)]  # fmt: skip
             for n, r in b["rows"].items():
-                lines.append(f"| {n} | {_f(r['records_per_s'])} | "
-                         f"{_x(r['vs_ceiling']) if 'vs_ceiling' in r else 'baseline'} |")  # fmt: skip
+                lines.append(f"| {n} | {_f(r['MBps'], '{:.1f}')} | {_f(r['records_per_s'])} | "
+                         f"{_x(r['vs_parquet_reader'])} | {_cpus(r, BACKFILL_PROCS)} |")  # fmt: skip
             lines.append("")
     if "scaling" in sec:
         sc = sec["scaling"]
-        lines += [f"## Scaling ({sc['setup']['records_per_producer']:,} records per producer process, "
-              f"acks=all, filesystem storage, {doc['machine']['cpus']} CPUs)", "",
-              "| producers | brokers | MB/s | vs 1 producer / 1 broker |", "|---|---|---|---|"]  # fmt: skip
+        st = sc["setup"]
+        lines += [f"## Scaling (producer processes x brokers, one producing thread each, acks=all, "
+              f"filesystem storage, {doc['machine']['cpus']} CPUs; "
+              f"{st.get('window_s', '?')} s steady windows after {st.get('warmup_s', '?')} s "
+              "warm-up)", "",
+              "| producers | brokers | MB/s | vs 1 producer / 1 broker | producers CPU-s/GiB "
+              "| brokers CPU-s/GiB |", "|---|---|---|---|---|---|"]  # fmt: skip
         for c in sc["cells"].values():
-            lines.append(
-                f"| {c['producers']} | {c['brokers']} | {_f(c['MBps'])} | {_x(c['vs_1p_1b'])} |"
-            )
+            cpu = c.get("cpu_s_per_GiB", {})
+            cells = [_f(cpu[k], "{:.2f}") if k in cpu else "" for k in ("producers", "brokers")]
+            lines.append(f"| {c['producers']} | {c['brokers']} | {_f(c['MBps'], '{:.1f}')} | "
+                         f"{_x(c['vs_1p_1b'])} | {cells[0]} | {cells[1]} |")  # fmt: skip
         lines.append("")
     c = doc.get("cost")
     if c:

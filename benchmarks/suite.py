@@ -3,24 +3,32 @@
 Runs, on one private local stack (plus Spark's own for the backfill), with fixed seeds:
 
 - formats: block encode/decode per codec vs a plain memory copy;
-- ingest: acks 0/1/all x storage devnull/filesystem/s3 vs confluent-kafka producing
-  straight to Kafka (Tansu) and vs raw boto3 PUTs; broker CPU s/GiB and peak RSS;
+- ingest: acks=all, one producing thread, ``produce()`` and ``produce_batch()`` x storage
+  devnull/filesystem/s3 vs confluent-kafka (one thread, its documented throughput
+  settings) producing straight to Kafka (Tansu) and vs raw boto3 PUTs with the broker's
+  upload concurrency;
 - latency: end-to-end p50/p99 vs batch.ms and batch.bytes, with PUTs/hour;
-- consume: memq.Consumer from S3 and filesystem vs raw GETs and direct Kafka consume;
-- backfill: Spark ``memq`` source to Parquet vs a raw parallel download;
+- consume: memq.Consumer from S3 and filesystem vs raw GETs (same concurrency) and
+  direct Kafka consume;
+- backfill: Spark ``memq`` source vs Spark's built-in Parquet reader over the same
+  records (and to Parquet, and a raw parallel download);
 - scaling: 1/2/4 producer processes x 1/3 brokers;
 - cost: ``memq.cost`` for a reference workload, with the PUTs/GiB measured here.
 
-Every figure is min/median/max over the repetitions; every ratio is computed within a
+Method (issue 19): ingest, consume and backfill figures are steady-state: a warm-up
+(excluded), then a window of >= 20 s in which only bytes acknowledged (handed out) inside
+the window count, with CPU seconds per GiB of every process involved (client, broker,
+Tansu, moto, Spark) from /proc (``benchlib.steady_state`` / ``repeat_window``). Every
+figure is min/median/max over the repetitions; every ratio is computed within a
 repetition (MemQ and its baseline measured back to back) and then summarised. Writes
 ``<out>/suite.json`` (all raw runs), ``<out>/report.md`` and ``<out>/*.png``.
 
     python benchmarks/suite.py [--quick] [--reps 3] [--out benchmarks/results]
                                [--only ingest,latency,...]
 
-``--quick`` (part of ``make test``) shrinks every size so the whole suite runs in about
-a minute and skips the Spark backfill (``bench_backfill.py --quick`` has its own smoke
-test); its numbers are not meaningful, only that every script still works end to end.
+``--quick`` (part of ``make test``) uses 2 s windows and tiny sizes and skips the Spark
+backfill (``bench_backfill.py --quick`` has its own smoke test): a smoke of the method,
+its numbers are not figures, only proof that every script still works end to end.
 """
 
 from __future__ import annotations
@@ -71,59 +79,96 @@ def formats(quick: bool, reps: int) -> dict[str, Any]:
     return {"rows": rows}
 
 
+def _cpu(runs: list[dict[str, Any]], name: str) -> dict[str, dict[str, float]]:
+    """CPU-s/GiB per process (those present in every repetition), min/median/max."""
+    procs = set.intersection(*(set(r[name]["cpu_s_per_GiB"]) for r in runs))
+    return {
+        p: _spread_of(runs, lambda r, n=name, p=p: r[n]["cpu_s_per_GiB"][p]) for p in sorted(procs)
+    }
+
+
+INGEST_ROWS = (
+    "kafka",
+    "s3raw",
+    "devnull",
+    "devnull_batch",
+    "filesystem",
+    "filesystem_batch",
+    "s3",
+    "s3_batch",
+)
+
+
 def ingest(quick: bool, reps: int) -> dict[str, Any]:
-    records = 4_096 if quick else 65_536
-    modes = ("all",) if quick else ("0", "1", "all")
-    out: dict[str, Any] = {"records": records, "record_bytes": bench_produce.RECORD, "acks": {}}
-    for acks in modes:
+    """acks=all only: with >= 20 s steady windows, acks 0/1 would triple the section."""
+    warmup, window = benchlib.timing(quick)
+    out: dict[str, Any] = {
+        "record_bytes": bench_produce.RECORD,
+        "warmup_s": warmup,
+        "window_s": window,
+        "kafka_settings": bench_produce.KAFKA_CONF,
+        "acks": {},
+    }
+    for acks in ("all",):
         runs = []
         for rep in range(reps):
             eprint(f"ingest acks={acks} rep {rep + 1}/{reps}")
-            runs.append(bench_produce.run(records, acks, quick)["results"])
+            runs.append(bench_produce.run(4096, acks, quick)["results"])
         rows: dict[str, Any] = {}
-        for name in ("devnull", "filesystem", "filesystem_zstd", "s3"):
-            rows[name] = {
+        for name in INGEST_ROWS:
+            row: dict[str, Any] = {
+                "name": runs[0][name]["name"],
                 "MBps": _spread_of(runs, lambda r, n=name: r[n]["MBps"]),
-                "vs_kafka_direct": _spread_of(
-                    runs, lambda r, n=name: r[n]["MBps"] / r["kafka"]["MBps"]
-                ),
-                "vs_s3_raw_put": _spread_of(
-                    runs, lambda r, n=name: r[n]["MBps"] / r["s3raw"]["MBps"]
-                ),
-                "ack_p99_ms": _spread_of(runs, lambda r, n=name: r[n]["ack_p99_ms"]),
-                "broker_cpu_s_per_GiB": _spread_of(
-                    runs, lambda r, n=name: r[n]["broker_cpu_s_per_GiB"]
-                ),
-                "broker_peak_rss_MB": _spread_of(
-                    runs, lambda r, n=name: r[n]["broker_peak_rss_MB"]
-                ),
+                "cpu_s_per_GiB": _cpu(runs, name),
             }
-        rows["s3"]["puts_per_GiB"] = _spread_of(runs, lambda r: r["s3"]["puts_per_GiB"])
-        rows["kafka_direct"] = {"MBps": _spread_of(runs, lambda r: r["kafka"]["MBps"])}
-        rows["s3_raw_put"] = {"MBps": _spread_of(runs, lambda r: r["s3raw"]["MBps"])}
+            if name not in ("kafka", "s3raw"):
+                row.update(
+                    vs_kafka_direct=_spread_of(
+                        runs, lambda r, n=name: r[n]["MBps"] / r["kafka"]["MBps"]
+                    ),
+                    vs_s3_raw_put=_spread_of(
+                        runs, lambda r, n=name: r[n]["MBps"] / r["s3raw"]["MBps"]
+                    ),
+                    broker_peak_rss_MB=_spread_of(
+                        runs, lambda r, n=name: r[n]["broker_peak_rss_MB"]
+                    ),
+                )
+            if "ack_p99_ms" in runs[0][name]:
+                row["ack_p99_ms"] = _spread_of(runs, lambda r, n=name: r[n]["ack_p99_ms"])
+            if name.startswith("s3") and name != "s3raw":
+                row["puts_per_GiB"] = _spread_of(runs, lambda r, n=name: r[n]["puts_per_GiB"])
+            rows[name] = row
+        rows["kafka_direct"] = rows.pop("kafka")
+        rows["s3_raw_put"] = rows.pop("s3raw")
         out["acks"][acks] = {"rows": rows, "runs": runs}
     return out
 
 
+CONSUME_ROWS = ("s3", "s3raw", "filesystem", "kafka")
+
+
 def consume(quick: bool, reps: int) -> dict[str, Any]:
-    records = 4_096 if quick else 65_536
+    records = 8_192 if quick else 131_072
     runs = []
     for rep in range(reps):
         eprint(f"consume rep {rep + 1}/{reps}")
         runs.append(bench_consume.run(records, quick)["results"])
-    rows = {
-        name: {
+    rows: dict[str, Any] = {}
+    for name in CONSUME_ROWS:
+        rows[name] = {
+            "name": runs[0][name]["name"],
             "MBps": _spread_of(runs, lambda r, n=name: r[n]["MBps"]),
+            "cpu_s_per_GiB": _cpu(runs, name),
             "vs_s3_raw_get": _spread_of(runs, lambda r, n=name: r[n]["MBps"] / r["s3raw"]["MBps"]),
             "vs_kafka_direct": _spread_of(
                 runs, lambda r, n=name: r[n]["MBps"] / r["kafka"]["MBps"]
             ),
         }
-        for name in ("s3", "filesystem")
-    }
-    rows["s3_raw_get"] = {"MBps": _spread_of(runs, lambda r: r["s3raw"]["MBps"])}
-    rows["kafka_direct"] = {"MBps": _spread_of(runs, lambda r: r["kafka"]["MBps"])}
-    return {"records": records, "rows": rows, "runs": runs}
+    rows["s3_raw_get"] = rows.pop("s3raw")
+    rows["kafka_direct"] = rows.pop("kafka")
+    warmup, window = benchlib.timing(quick)
+    return {"records": records, "warmup_s": warmup, "window_s": window, "rows": rows,
+            "runs": runs}  # fmt: skip
 
 
 def backfill(quick: bool, reps: int) -> dict[str, Any]:
@@ -132,35 +177,15 @@ def backfill(quick: bool, reps: int) -> dict[str, Any]:
     doc = bench_backfill.run(
         False, bench_backfill.Compression.NONE, "local[*]", size=(24, 4), repeats=reps
     )
-    res = doc["results"]
-    records = doc["data"]["records"]
-    ceil = res["ceiling_boto3_download"]["runs_seconds"]
-
-    def rate(seconds: list[float]) -> dict[str, float]:
-        return spread([records / s for s in seconds])
-
-    def ratio(seconds: list[float]) -> dict[str, float]:
-        return spread([c / s for s, c in zip(seconds, ceil, strict=True)])
-
     rows = {
-        "ceiling_boto3_download": {"records_per_s": rate(ceil)},
-        "spark_backfill_parquet": {
-            "records_per_s": rate(res["spark_backfill_parquet"]["runs_seconds"]),
-            "vs_ceiling": ratio(res["spark_backfill_parquet"]["runs_seconds"]),
-        },
-        "spark_source_only_noop": {
-            "records_per_s": rate(res["spark_source_only_noop"]["runs_seconds"]),
-            "vs_ceiling": ratio(res["spark_source_only_noop"]["runs_seconds"]),
-        },
-        "memq_consumer": {
-            "records_per_s": rate(res["memq_consumer"]["runs_seconds"]),
-            "vs_ceiling": ratio(res["memq_consumer"]["runs_seconds"]),
-        },
+        name: {k: r[k] for k in ("MBps", "records_per_s", "cpu_s_per_GiB", "vs_parquet_reader")}
+        for name, r in doc["results"].items()
     }
     return {"data": doc["data"], "rows": rows, "raw": doc}
 
 
-def run(quick: bool, reps: int, only: set[str]) -> dict[str, Any]:
+def run(quick: bool, reps: int, only: set[str], checkpoint: Path | None = None) -> dict[str, Any]:
+    """``checkpoint``: written after every section, so a late failure keeps the rest."""
     t0 = time.monotonic()
     doc: dict[str, Any] = {
         "benchmark": "suite",
@@ -190,6 +215,9 @@ def run(quick: bool, reps: int, only: set[str]) -> dict[str, Any]:
             elif name == "scaling":
                 doc["sections"][name] = bench_scaling.run(quick, reps)
             doc["seconds"][name] = round(time.monotonic() - s0, 1)
+            if checkpoint is not None:
+                checkpoint.parent.mkdir(parents=True, exist_ok=True)
+                checkpoint.write_text(json.dumps(doc, indent=2) + "\n")
     doc["seconds"]["total"] = round(time.monotonic() - t0, 1)
     doc["cost"] = report.cost_section(doc)
     return doc
@@ -208,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown sections {sorted(unknown)}: choose from {', '.join(SECTIONS)}")
     if a.reps < 3 and not a.quick:
         ap.error("--reps must be at least 3 (min/median/max)")
-    doc = run(a.quick, a.reps, only)
+    doc = run(a.quick, a.reps, only, a.out / "suite.partial.json")
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / "suite.json").write_text(json.dumps(doc, indent=2) + "\n")
     md = report.write(doc, a.out)

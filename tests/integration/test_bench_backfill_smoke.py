@@ -35,11 +35,18 @@ def test_bench_backfill_quick(memq_stack: StackState, tmp_path: Path) -> None:
     doc = json.loads(out.read_text())
     assert doc["quick"] is True
     res = doc["results"]
-    assert res["ceiling_boto3_download"]["records_per_s"] > 0
-    spark = res["spark_backfill_parquet"]
-    assert spark["records_per_s"] > 0 and spark["vs_ceiling"] > 0
-    assert 1 <= spark["partitions"] < doc["data"]["objects"]
-    consumer = res["memq_consumer"]
-    assert consumer["records_per_s"] > 0 and consumer["objects"] == doc["data"]["objects"]
-    assert doc["target"]["ratio"] == spark["vs_ceiling"]
-    assert "ceiling" in proc.stdout and "memq.Consumer" in proc.stdout
+    readers = ("spark_parquet_reader_noop", "spark_memq_source_noop", "spark_backfill_parquet",
+               "ceiling_boto3_download")  # fmt: skip
+    assert set(res) == set(readers)
+    for name in readers:
+        r = res[name]
+        assert 0 < r["records_per_s"]["min"] <= r["records_per_s"]["max"], name
+        (w,) = r["windows"]  # one repetition in --quick: a 2 s smoke window
+        assert w["smoke"] is True and w["runs"] >= 1 and w["window_s"] >= 2.0, name
+        assert w["records"] == w["runs"] * doc["data"]["records"], name
+        assert w["cpu_s_per_GiB"]["client"] >= 0, name
+    assert res["spark_parquet_reader_noop"]["vs_parquet_reader"]["median"] == 1.0
+    source = res["spark_memq_source_noop"]["vs_parquet_reader"]["median"]
+    assert doc["target"]["ratio"] == round(source, 3)
+    assert 1 <= res["spark_backfill_parquet"]["partitions"] < doc["data"]["objects"]
+    assert "Parquet reader" in proc.stdout and "SMOKE" in proc.stdout

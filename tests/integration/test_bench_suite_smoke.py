@@ -35,15 +35,24 @@ def test_memq_bench_quick_writes_report_plots_and_json(
     sec = doc["sections"]
     assert set(sec) == {"formats", "ingest", "latency", "consume", "backfill", "scaling"}
     rows = sec["ingest"]["acks"]["all"]["rows"]
-    for name in ("devnull", "filesystem", "s3"):
+    for name in ("devnull", "devnull_batch", "filesystem", "filesystem_batch", "s3", "s3_batch"):
         assert _spread_ok(rows[name]["MBps"]) and _spread_ok(rows[name]["vs_kafka_direct"])
-        assert _spread_ok(rows[name]["broker_cpu_s_per_GiB"])
+        cpu = rows[name]["cpu_s_per_GiB"]
+        assert _spread_ok(cpu["client"]) and _spread_ok(cpu["broker"]), name
         assert rows[name]["broker_peak_rss_MB"]["min"] > 10
-    assert len(sec["ingest"]["acks"]["all"]["runs"]) == 2
+    for name in ("kafka_direct", "s3_raw_put"):
+        assert _spread_ok(rows[name]["MBps"]) and _spread_ok(rows[name]["cpu_s_per_GiB"]["client"])
+    runs = sec["ingest"]["acks"]["all"]["runs"]
+    assert len(runs) == 2
+    # the steady-state method, in smoke size: a 2 s window after the warm-up
+    for r in runs[0].values():
+        assert r["smoke"] is True and r["window_s"] >= 2.0 and r["records"] > 0, r["name"]
     for p in sec["latency"]["points"]:
         assert len(p["windows"]) == 2 and _spread_ok(p["p99_ms"])
         assert p["p50_ms"]["median"] <= p["p99_ms"]["median"] and p["puts_per_hour"] > 0
-    assert _spread_ok(sec["consume"]["rows"]["s3"]["vs_s3_raw_get"])
+    con = sec["consume"]["rows"]
+    assert _spread_ok(con["s3"]["vs_s3_raw_get"]) and _spread_ok(con["filesystem"]["MBps"])
+    assert _spread_ok(con["s3"]["cpu_s_per_GiB"]["client"])
     assert "skipped" in sec["backfill"]
     cells = sec["scaling"]["cells"]
     assert set(cells) == {"1p-1b", "2p-1b", "1p-3b", "2p-3b"}
@@ -51,7 +60,8 @@ def test_memq_bench_quick_writes_report_plots_and_json(
     assert doc["cost"]["memq_usd_per_day"] < doc["cost"]["kafka_usd_per_day"]
     report = (out / "report.md").read_text()
     for heading in ("## Ingest", "### acks=all", "## End-to-end latency", "## Consume",
-                    "## Scaling", "## Cost model", "Quick (smoke) mode"):  # fmt: skip
+                    "## Scaling", "## Cost model", "Quick (smoke) mode", "client CPU-s/GiB",
+                    "linger.ms=5"):  # fmt: skip
         assert heading in report, heading
     for png in ("ingest.png", "broker_resources.png", "latency.png", "consume.png", "scaling.png"):
         data = (out / png).read_bytes()

@@ -110,7 +110,11 @@ def exported_metric_names() -> set[str]:
     names: set[str] = set()
     registry = BrokerMetrics().registry
     ClusterMetrics(registry)  # a clustered broker's /metrics has these too
-    families = [*registry.collect(), *AuditorMetrics().registry.collect()]  # the auditor's
+    from memq.consumer.groups import LagCollector
+
+    lag = LagCollector(object())  # type: ignore[arg-type]  # collect() never calls the admin
+    # the auditor's, and the lag it (or `memq group exporter`) exports
+    families = [*registry.collect(), *AuditorMetrics().registry.collect(), *lag.collect()]
     for family in families:
         suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count"]}.get(
             family.type, []
