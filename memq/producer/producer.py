@@ -265,14 +265,31 @@ class Producer:
             return BatchFuture(
                 topic, self._produce_keyed_many(topic, ts, keys, values, sizes, limit)
             )
-        totals = list(accumulate(sizes, initial=0))
         parts: list[tuple[BlockResult, int]] = []
+        totals = list(accumulate(sizes, initial=0))
+        self._fill(topic, None, ts, keys, values, totals, limit, parts)
+        return BatchFuture(topic, parts)
+
+    def _fill(
+        self,
+        topic: str,
+        lane: str | None,
+        ts: int,
+        keys: Sequence[bytes | None] | None,
+        values: Sequence[bytes],
+        totals: list[int],
+        limit: int,
+        parts: list[tuple[BlockResult, int]],
+    ) -> None:
+        """Add ``values`` (cumulative sizes ``totals``), in order, to the open block(s) of
+        the calling thread (``lane`` None) or of the key lane ``lane``; ``parts`` gets each
+        block's future and record count."""
         blocks: dict[str, OpenBlock] | None = getattr(self._local, "blocks", None)
         if blocks is None:
             blocks = self._local.blocks = {}
         done, n = 0, len(values)
         while done < n:
-            acc = blocks.get(topic)
+            acc = blocks.get(topic) if lane is None else self._keyed.get((topic, lane))
             if acc is not None:
                 added = acc.try_add_many(ts, keys, values, totals, done)
                 if added:
@@ -280,8 +297,10 @@ class Producer:
                     done += added
                     continue
                 self._seal(acc)  # full
-            blocks[topic] = self._open_block(topic, limit)
-        return BatchFuture(topic, parts)
+            if lane is None:
+                blocks[topic] = self._open_block(topic, limit)
+            else:
+                self._open_lane_block((topic, lane), acc, limit)
 
     # --- keyed records -----------------------------------------------------------------
 
@@ -340,27 +359,10 @@ class Producer:
         for i, k in enumerate(keys):
             groups.setdefault(None if k is None else lane_of(k, writers), []).append(i)
         parts: list[tuple[BlockResult, int]] = []
-        blocks: dict[str, OpenBlock] | None = getattr(self._local, "blocks", None)
-        if blocks is None:
-            blocks = self._local.blocks = {}
         for lane, idx in groups.items():
-            sub_keys = [keys[i] for i in idx]
-            sub_values = [values[i] for i in idx]
             totals = list(accumulate((sizes[i] for i in idx), initial=0))
-            done, n = 0, len(idx)
-            while done < n:
-                acc = blocks.get(topic) if lane is None else self._keyed.get((topic, lane))
-                if acc is not None:
-                    added = acc.try_add_many(ts, sub_keys, sub_values, totals, done)
-                    if added:
-                        parts.append((acc.result, added))
-                        done += added
-                        continue
-                    self._seal(acc)  # full
-                if lane is None:
-                    blocks[topic] = self._open_block(topic, limit)
-                else:
-                    self._open_lane_block((topic, lane), acc, limit)
+            sub_keys = [keys[i] for i in idx]
+            self._fill(topic, lane, ts, sub_keys, [values[i] for i in idx], totals, limit, parts)
         return parts
 
     def _open_lane_block(self, lane: tuple[str, str], old: OpenBlock | None, limit: int) -> None:
