@@ -109,7 +109,11 @@ class GroupAdmin:
         bootstrap: str | None = None,
         config: dict[str, Any] | None = None,
         timeout: float = 15.0,
+        kafka: dict[str, Any] | None = None,
     ) -> None:
+        """``config``: client settings for the MemQ brokers; ``kafka``: extra librdkafka
+        settings for the notification Kafka (security.protocol, sasl.*, ssl.*)."""
+        self._kafka_conf = dict(kafka or {})
         cfg, endpoints = resolve_client(
             SecureClientConfig.from_mapping(config or {}), split_servers(bootstrap)
         )
@@ -145,11 +149,13 @@ class GroupAdmin:
             self._load(None)
         if self._kafka is None:
             raise MemqError("the cluster has no topics yet: no Kafka to ask about groups")
-        return AdminClient({"bootstrap.servers": self._kafka})
+        return AdminClient({**self._kafka_conf, "bootstrap.servers": self._kafka})
 
     def _probe(self) -> NotificationProbe:
         assert self._kafka is not None
-        return NotificationProbe({"bootstrap.servers": self._kafka}, timeout=self.timeout)
+        return NotificationProbe(
+            {**self._kafka_conf, "bootstrap.servers": self._kafka}, timeout=self.timeout
+        )
 
     # --- reads --------------------------------------------------------------------------
 

@@ -39,6 +39,9 @@ class AuditLagConfig(_Frozen):
     #: Client settings for those brokers (the clients' `security.protocol`, `ssl.*` and
     #: `auth.token` keys).
     client: dict[str, str | int | float | bool] = {}
+    #: Extra librdkafka settings for the notification Kafka (security.protocol, sasl.*,
+    #: ssl.*).
+    kafka: dict[str, str | int | float | bool] = {}
     #: Seconds between measurements (each lists the groups and reads their pending
     #: notifications).
     interval_s: float = Field(default=30.0, ge=1)

@@ -29,7 +29,10 @@ def build_auditor(config: AuditorConfig) -> Auditor:
         from memq.consumer.groups import GroupAdmin, LagCollector
 
         admin = GroupAdmin(
-            config.lag.bootstrap_servers, dict(config.lag.client), timeout=config.lag.timeout_s
+            config.lag.bootstrap_servers,
+            dict(config.lag.client),
+            timeout=config.lag.timeout_s,
+            kafka=dict(config.lag.kafka),
         )
         lag = LagCollector(admin, config.lag.groups)
     return Auditor(config, lag=lag)

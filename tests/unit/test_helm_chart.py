@@ -8,6 +8,7 @@ The broker ConfigMap is loaded with the broker's own validator
 from __future__ import annotations
 
 import copy
+import json
 import math
 from typing import Any
 
@@ -670,6 +671,10 @@ def test_auditor_deployment_and_config(releases):
         "http_host": "0.0.0.0",
         "http_port": 8080,
         "grace_period_s": 600,
+        "lag": {
+            "bootstrap_servers": f"{FULLNAME}.streaming.svc.cluster.local:9092",
+            "interval_s": 30,
+        },
     }
     # The SQLite file's directory is the persistent volume.
     mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
@@ -1064,12 +1069,54 @@ def test_secure_auditor_config_reuses_the_brokers_secrets(releases):
         "sasl.password": "pw",
     }
     assert secret_file(spec, c, "/etc/memq-kafka-ca/ca.crt") == ("kafka-ca", "ca.pem")
-    refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in c["env"]}
+    refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in c["env"] if "valueFrom" in e}
     assert refs == {
         "MEMQ_AUDITOR__KAFKA__CONSUMER__SASL.USERNAME": {"name": "kafka-memq", "key": "user"},
         "MEMQ_AUDITOR__KAFKA__CONSUMER__SASL.PASSWORD": {"name": "kafka-memq", "key": "pass"},
+        # the lag client's (test_secure_auditor_measures_lag_...)
+        "MEMQ_AUDITOR__LAG__KAFKA__SASL.USERNAME": {"name": "kafka-memq", "key": "user"},
+        "MEMQ_AUDITOR__LAG__KAFKA__SASL.PASSWORD": {"name": "kafka-memq", "key": "pass"},
+        "MEMQ_AUDITOR__LAG__CLIENT__AUTH.TOKEN": refs["MEMQ_AUDITOR__LAG__CLIENT__AUTH.TOKEN"],
     }
     assert "https://127.0.0.1:8080/?token=<token>" in rel.notes
+
+
+def test_secure_auditor_measures_lag_with_the_admin_token_ca_and_kafka_sasl(releases):
+    from memq.audit.config import load_auditor_config
+
+    rel = releases["secure"]
+    spec, c = auditor_parts(rel)
+    data = yaml.safe_load(rel.one("ConfigMap", AUDITOR)["data"]["auditor.yaml"])
+    env = {e["name"]: e for e in c["env"]}
+    ca = env["MEMQ_AUDITOR__LAG__CLIENT__SSL.CA.LOCATION"]["value"]
+    cfg = load_auditor_config(
+        data=data,
+        env={
+            "MEMQ_AUDITOR__LAG__CLIENT__SSL.CA.LOCATION": ca,
+            "MEMQ_AUDITOR__LAG__CLIENT__AUTH.TOKEN": "tok-7f3a",
+            "MEMQ_AUDITOR__LAG__KAFKA__SASL.USERNAME": "memq",
+            "MEMQ_AUDITOR__LAG__KAFKA__SASL.PASSWORD": "pw-9c1e",
+        },
+    )
+    assert cfg.lag.bootstrap_servers == f"{FULLNAME}.streaming.svc.cluster.local:9092"
+    assert cfg.lag.client == {
+        "security.protocol": "ssl",
+        "ssl.ca.location": ca,
+        "auth.token": "tok-7f3a",
+    }
+    assert cfg.lag.kafka["security.protocol"] == "SASL_SSL"
+    assert cfg.lag.kafka["sasl.password"] == "pw-9c1e"
+    token = env["MEMQ_AUDITOR__LAG__CLIENT__AUTH.TOKEN"]["valueFrom"]["secretKeyRef"]
+    assert token["name"]  # the admin token secret, never a value in the ConfigMap
+    if ca.startswith("/etc/memq-tls/"):
+        assert secret_file(spec, c, ca)[0]  # mounted from the TLS secret
+    assert "tok-7f3a" not in json.dumps(data) and "pw-9c1e" not in json.dumps(data)
+
+
+def test_auditor_lag_off():
+    rel = render({"auditor": {"lag": {"enabled": False}}})
+    data = yaml.safe_load(rel.one("ConfigMap", AUDITOR)["data"]["auditor.yaml"])
+    assert "lag" not in data
 
 
 def test_plain_install_has_no_security_volumes_or_sections(releases):

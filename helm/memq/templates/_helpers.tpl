@@ -328,6 +328,24 @@ Secret is mounted, never the brokers' key.
 {{- with $out }}{{ toYaml . }}{{ end -}}
 {{- end -}}
 
+{{/* The auditor's lag client: the brokers' CA and the admin token (as memq.adminEnv),
+and the notification Kafka's SASL credentials, as MEMQ_AUDITOR__LAG__ overrides. */}}
+{{- define "memq.auditorLagEnv" -}}
+{{- $out := list -}}
+{{- if .Values.tls.enabled -}}
+{{- $ca := ternary (printf "%s/ca.crt" (include "memq.tlsDir" .)) "/etc/ssl/certs/ca-certificates.crt" (ne .Values.tls.caKey "") -}}
+{{- $out = append $out (dict "name" "MEMQ_AUDITOR__LAG__CLIENT__SSL.CA.LOCATION" "value" $ca) -}}
+{{- end -}}
+{{- if .Values.auth.enabled -}}
+{{- $ref := dict "name" .Values.auth.adminTokenSecret.name "key" .Values.auth.adminTokenSecret.key -}}
+{{- $out = append $out (dict "name" "MEMQ_AUDITOR__LAG__CLIENT__AUTH.TOKEN" "valueFrom" (dict "secretKeyRef" $ref)) -}}
+{{- end -}}
+{{- with $out }}{{ toYaml . }}{{ end }}
+{{- with include "memq.kafkaSaslEnv" (dict "root" . "prefix" "MEMQ_AUDITOR__LAG__KAFKA__") }}
+{{ . }}
+{{- end -}}
+{{- end -}}
+
 {{- define "memq.adminVolume" -}}
 {{- if and .Values.tls.enabled .Values.tls.caKey -}}
 {{ include "memq.tlsVolume" (dict "root" . "caOnly" true) }}
@@ -490,6 +508,13 @@ tlsConfig:
 {{- end -}}
 {{- if $a.auth.enabled -}}
 {{- $_ := set $config "auth" (dict "enabled" true "token_secret_file" (include "memq.tokenSecretFile" .)) -}}
+{{- end -}}
+{{- if $a.lag.enabled -}}
+{{- $lag := dict "bootstrap_servers" (include "memq.bootstrap" .) "interval_s" (int $a.lag.intervalSeconds) -}}
+{{- with $a.lag.groups }}{{ $_ := set $lag "groups" . }}{{ end -}}
+{{- if .Values.tls.enabled }}{{ $_ := set $lag "client" (dict "security.protocol" "ssl") }}{{ end -}}
+{{- with fromYaml (include "memq.kafkaClientSettings" .) }}{{ $_ := set $lag "kafka" . }}{{ end -}}
+{{- $_ := set $config "lag" $lag -}}
 {{- end -}}
 {{- toYaml $config -}}
 {{- end -}}
