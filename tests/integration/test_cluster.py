@@ -518,3 +518,44 @@ def test_kafka_client_secrets_never_reach_zookeeper_or_admin_answers(
         until("written", lambda: topic in (b.server.processors if b.server else {}))
         with Producer({"bootstrap.servers": b.address}) as p:
             assert p.produce(topic, b"x").result(30).key  # stored and notified
+
+
+def test_keys_spread_over_writers_and_keep_their_order(
+    three: list[BrokerThread], unique_name: Any
+) -> None:
+    """Three writers: one producer's keyed records go to all three (a key to one), each
+    key's records sit on one notification partition and are read in produce order."""
+    from collections import Counter, defaultdict
+
+    from memq import Consumer
+
+    admin = AdminClient([b.address for b in three])
+    topic = unique_name("keys")
+    admin.create_topic(topic, {"min_writers": 3, "batch.ms": 50, "notification.partitions": 6})
+    until("three writers", lambda: writing(three, topic) == {"b0", "b1", "b2"})
+    n, keys = 9_000, 30
+    sent = [(b"user-%02d" % (i % keys), b"%05d" % i) for i in range(n)]
+    with Producer({"bootstrap.servers": three[0].address, "linger.ms": 2}) as p:
+        for i, (k, v) in enumerate(sent):
+            p.produce(topic, v, key=k)
+            if i % 1500 == 1499:
+                p.flush(60)  # several batches per writer
+        assert p.flush(60) == 0
+    received = {b.config.broker_id: b.server.processors[topic].bytes_received for b in three}  # type: ignore[union-attr]
+    assert all(received.values()), received  # every writer took a share of the keys
+    c = Consumer({"bootstrap.servers": three[0].address, "auto.offset.reset": "earliest"})
+    c.assign([(topic, p) for p in range(6)])
+    got: list[tuple[bytes, bytes, int]] = []
+    deadline = time.monotonic() + 60
+    while len(got) < n and time.monotonic() < deadline:
+        got.extend((m.key or b"", m.value, m.partition) for m in c.consume(1000, 0.5))
+    c.close()
+    assert Counter((k, v) for k, v, _ in got) == Counter(sent)
+    per_key: dict[bytes, list[bytes]] = defaultdict(list)
+    parts: dict[bytes, set[int]] = defaultdict(set)
+    for k, v, part in got:
+        per_key[k].append(v)
+        parts[k].add(part)
+    for k, values in per_key.items():
+        assert values == sorted(values), f"key {k!r} out of order"
+        assert len(parts[k]) == 1, f"key {k!r} on partitions {parts[k]}"
