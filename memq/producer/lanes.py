@@ -63,6 +63,6 @@ class LaneOrder:
         self._next[lane] = n
         if not finished:
             del self._finished[lane]
-        waiter = self._waiters.get((lane, n))
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        for (wlane, wseq), waiter in list(self._waiters.items()):
+            if wlane == lane and wseq <= n and not waiter.done():  # its turn has come
+                waiter.set_result(None)

@@ -237,3 +237,25 @@ def test_a_failed_keyed_batch_does_not_block_the_next_one() -> None:
         await proc.close()
 
     asyncio.run(go())
+
+
+def test_a_waiter_whose_turn_passed_while_it_waited_is_woken() -> None:
+    """done() of a later block before the earlier ones must not strand that block's own
+    waiter: once every block before it is done, it goes (no hang)."""
+
+    async def run() -> list[int]:
+        order = LaneOrder()
+        gone: list[int] = []
+
+        async def wait(seq: int) -> None:
+            await order.turn("L", seq)
+            gone.append(seq)
+
+        t1 = asyncio.create_task(wait(1))
+        await asyncio.sleep(0)  # t1 now waits for block 0
+        order.done("L", 1)  # block 1 finished early (e.g. failed before its turn)
+        order.done("L", 0)
+        await asyncio.wait_for(t1, 5)
+        return gone
+
+    assert asyncio.run(run()) == [1]
