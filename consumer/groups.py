@@ -27,7 +27,13 @@ from memq.config import SecureClientConfig
 from memq.consumer.message import MessageId
 from memq.consumer.notifications import NotificationProbe
 from memq.consumer.seeking import first_offset_at
-from memq.errors import InvalidRequestError, MemqError, NotificationError, UnknownTopicError
+from memq.errors import (
+    ConfigError,
+    InvalidRequestError,
+    MemqError,
+    NotificationError,
+    UnknownTopicError,
+)
 
 __all__ = ["GroupAdmin", "GroupLag", "LagCollector", "PartitionLag", "ResetPlan"]
 
@@ -101,6 +107,12 @@ class ResetPlan:
     executed: bool = False
 
 
+def _kafka_message(e: Exception) -> str:
+    """librdkafka's own message of a KafkaException (else the exception's text)."""
+    err: Any = e.args[0] if e.args else None
+    return str(err.str()) if err is not None and hasattr(err, "str") else str(e)
+
+
 class GroupAdmin:
     """Group operations against the Kafka the topics' notifications go to."""
 
@@ -149,13 +161,21 @@ class GroupAdmin:
             self._load(None)
         if self._kafka is None:
             raise MemqError("the cluster has no topics yet: no Kafka to ask about groups")
-        return AdminClient({**self._kafka_conf, "bootstrap.servers": self._kafka})
+        try:
+            return AdminClient({**self._kafka_conf, "bootstrap.servers": self._kafka})
+        except Exception as e:  # a bad setting: KafkaException(_INVALID_ARG)
+            raise ConfigError(f"notification Kafka client settings: {_kafka_message(e)}") from None
 
     def _probe(self) -> NotificationProbe:
         assert self._kafka is not None
-        return NotificationProbe(
-            {**self._kafka_conf, "bootstrap.servers": self._kafka}, timeout=self.timeout
-        )
+        try:
+            return NotificationProbe(
+                {**self._kafka_conf, "bootstrap.servers": self._kafka}, timeout=self.timeout
+            )
+        except MemqError:
+            raise
+        except Exception as e:
+            raise ConfigError(f"notification Kafka client settings: {_kafka_message(e)}") from None
 
     # --- reads --------------------------------------------------------------------------
 

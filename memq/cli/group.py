@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from memq.cli.options import BOOTSTRAP, JSON, STATE_DIR
+from memq.cli.options import BOOTSTRAP, JSON, STATE_DIR, key_value_pairs
 
 app = typer.Typer(
     help="Consumer groups: list, describe (members, committed offsets, lag), reset offsets, "
@@ -22,12 +22,30 @@ app = typer.Typer(
 err = Console(stderr=True, soft_wrap=True)
 
 
+#: The notification Kafka's settings of this invocation (``memq group -X ...``).
+_kafka: dict[str, str] = {}
+
+
+@app.callback()
+def _options(
+    kafka_options: list[str] = typer.Option(
+        [],
+        "--kafka-option",
+        "-X",
+        help="librdkafka setting KEY=VALUE for the notification Kafka (repeatable, before "
+        "the command), e.g. -X security.protocol=SASL_SSL -X sasl.username=u",
+    ),
+) -> None:
+    _kafka.clear()
+    _kafka.update(key_value_pairs(kafka_options, "--kafka-option"))
+
+
 def _admin(bootstrap: str | None, state_dir: Path | None) -> Any:
     from memq.consumer.groups import GroupAdmin
 
     if state_dir is not None:
         os.environ["MEMQ_STATE_DIR"] = str(state_dir)
-    return GroupAdmin(bootstrap)
+    return GroupAdmin(bootstrap, kafka=dict(_kafka))
 
 
 def _console() -> Console:

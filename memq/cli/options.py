@@ -9,6 +9,7 @@ __all__ = [
     "STATE_DIR",
     "acks_value",
     "compression_value",
+    "key_value_pairs",
     "non_empty",
     "positive",
     "topic_name",
@@ -76,3 +77,14 @@ BOOTSTRAP = typer.Option(
     help="Brokers host:port,... (default: the local stack).",
 )
 JSON = typer.Option(False, "--json", help="Print machine-readable JSON.")
+
+
+def key_value_pairs(values: list[str], option: str) -> dict[str, str]:
+    """``KEY=VALUE`` strings of a repeatable option as a dict, else a usage error."""
+    out: dict[str, str] = {}
+    for pair in values:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise typer.BadParameter(f"{option} {pair!r}: use KEY=VALUE")
+        out[key.strip()] = value
+    return out

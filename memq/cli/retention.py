@@ -11,7 +11,7 @@ from typing import Any
 import typer
 from rich.console import Console
 
-from memq.cli.options import BOOTSTRAP, JSON, STATE_DIR, topic_name
+from memq.cli.options import BOOTSTRAP, JSON, STATE_DIR, key_value_pairs, topic_name
 
 __all__ = ["app", "delete_topic", "kafka_view"]
 
@@ -38,16 +38,6 @@ def _storage_overrides(admin: Any) -> dict[str, Any]:
 
     _, endpoints = resolve_client(SecureClientConfig(), list(admin.bootstrap))
     return dict(endpoints.storage)
-
-
-def _pairs(values: list[str], option: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for pair in values:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise typer.BadParameter(f"{option} {pair!r}: use KEY=VALUE")
-        out[key.strip()] = value
-    return out
 
 
 def _mb(n: int) -> str:
@@ -103,7 +93,7 @@ def run(
         orphans=orphans,
         orphan_grace_ms=orphan_grace_ms,
         orphan_window_ms=orphan_window_ms,
-        kafka=_pairs(kafka_options, "--kafka-option"),
+        kafka=key_value_pairs(kafka_options, "--kafka-option"),
         storage_overrides=_storage_overrides(admin),
     )
     reports = [run_retention(t, options) for t in targets]

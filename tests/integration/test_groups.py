@@ -91,6 +91,20 @@ def test_describe_reset_and_delete_a_group(
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["partitions"] == {"0": {"current": 1, "new": 0}}
+    # Notification Kafka settings (-X, as for a SASL Kafka) reach its client: a valid one
+    # works, an unknown one is a one-line error naming it.
+    for setting, ok in (("client.id=memq-ops", True), ("no.such.setting=1", False)):
+        out = subprocess.run(
+            [sys.executable, "-m", "memq.cli.main", "group", "-X", setting, "describe", group,
+             "--topic", topic, "--json", "-b", broker.address],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert (out.returncode == 0) is ok, out.stderr
+        if ok:
+            assert json.loads(out.stdout)["group"] == group
+        else:
+            assert "no.such.setting" in out.stderr and "Traceback" not in out.stderr
+            assert len(out.stderr.strip().splitlines()) == 1, out.stderr
     assert admin.describe(group, topic)["lag_records"] == sum(sizes)
 
     again = Consumer({"bootstrap.servers": broker.address, "group.id": group, **GROUP})
