@@ -284,6 +284,13 @@ class BrokerServer:
         pending = self._creating.get(topic)
         if pending is not None:
             return await asyncio.shield(pending)
+        if not self.ready and self.view.clustered:
+            # Listening, but the topics are not read from ZooKeeper yet (a restart) or no
+            # longer (stopping):
+            # "unknown topic" would fail the producer's records for good.
+            raise NotWriterError(
+                f"broker {self.config.broker_id} is starting or stopping: it does not know its topics now"
+            )
         if self.view.topic_config(topic) is not None or self.view.writers(topic):
             writers = self.view.writers(topic)
             raise NotWriterError(
