@@ -8,6 +8,7 @@ broker's registry); without, it serves standalone.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import threading
 from collections.abc import Coroutine
@@ -21,7 +22,7 @@ from memq.config import BrokerConfig
 from memq.errors import MemqError
 from memq.run.ready import announce_ready
 
-__all__ = ["READY_MARKER", "BrokerThread", "build_broker", "run_broker"]
+__all__ = ["READY_MARKER", "BrokerThread", "build_broker", "run_broker", "tune_gc"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -42,8 +43,17 @@ def build_broker(config: BrokerConfig, **server_kwargs: Any) -> BrokerServer:
     return BrokerServer(config, metrics=metrics, cluster=cluster, **server_kwargs)
 
 
+def tune_gc(config: BrokerConfig) -> None:
+    """Apply ``gc_thresholds`` (process-wide: only ``memq broker`` calls this, not an
+    embedding application's :class:`BrokerThread`)."""
+    if config.gc_thresholds is not None:
+        gc.set_threshold(*config.gc_thresholds)
+
+
 def run_broker(config: BrokerConfig, ready_file: Path | None = None) -> None:
     """Serve until SIGTERM/SIGINT, then drain: seal, upload, answer everything, return."""
+
+    tune_gc(config)
 
     async def main() -> None:
         server = build_broker(config)
@@ -58,6 +68,9 @@ def run_broker(config: BrokerConfig, ready_file: Path | None = None) -> None:
             "http_port": server.http_port,
             "kafka_port": server.kafka_port,
         }
+        # What exists now (modules, config, clients) lives as long as the process: out of
+        # every later collection's way.
+        gc.freeze()
         announce_ready(READY_MARKER, info, ready_file)
         await server.serve_until_signal()
 

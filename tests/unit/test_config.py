@@ -81,6 +81,8 @@ def test_env_overrides_parse_yaml_scalars() -> None:
             {"topics": [{"name": "t", **DEFAULTS, "max_block_bytes": 9 << 20}]},
             "exceeds batch.bytes",
         ),
+        ({"gc_thresholds": [0, 10, 10]}, "gc_thresholds: give three counts, the first >= 1"),
+        ({"gc_thresholds": [700, 10]}, "gc_thresholds"),
     ],
 )
 def test_errors_name_the_key_and_the_fix(data: dict, message: str) -> None:
@@ -150,3 +152,10 @@ def test_topic_configs_are_stored_without_secrets_and_refilled_by_each_broker() 
     assert again.notification.producer["sasl.password"] == "pw"
     assert again.storage.s3 is not None and again.storage.s3.secret_access_key is not None
     assert again.storage.s3.secret_access_key.get_secret_value() == "SK"
+
+
+def test_gc_thresholds_default_can_be_set_or_left_to_python() -> None:
+    assert load_broker_config(data={}, env={}).gc_thresholds == (20_000, 20, 100)
+    cfg = load_broker_config(data={"gc_thresholds": [5000, 10, 50]}, env={})
+    assert cfg.gc_thresholds == (5000, 10, 50)
+    assert load_broker_config(data={"gc_thresholds": None}, env={}).gc_thresholds is None

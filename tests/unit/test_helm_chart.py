@@ -98,7 +98,11 @@ KITCHEN_SINK: dict[str, Any] = deep_merge(
         },
         "broker": {
             "replicas": 6,
-            "config": {"shutdown_timeout_s": 120.5, "upload_threads": 32},
+            "config": {
+                "shutdown_timeout_s": 120.5,
+                "upload_threads": 32,
+                "gc_thresholds": [50000, 10, 200],
+            },
             "preStopSleepSeconds": 5,
             "rackFromZoneLabel": True,
             "antiAffinity": "hard",
@@ -483,6 +487,7 @@ def test_broker_config_with_the_pods_environment(releases):
     assert cfg.max_connections == 2048
     assert cfg.cluster == "prod"
     assert cfg.shutdown_timeout_s == 120.5 and cfg.upload_threads == 32
+    assert cfg.gc_thresholds == (50000, 10, 200)
     assert cfg.zookeeper is not None
     assert (cfg.zookeeper.chroot, cfg.zookeeper.session_timeout_ms) == ("/custom/prod", 10000)
     d = cfg.topic_defaults
