@@ -63,22 +63,23 @@ def ensure_topic(
     timeout: float = 15.0,
     what: str = "notification topic",
     configs: dict[str, str] | None = None,
+    admin: Any = None,
 ) -> bool:
     """Create ``topic`` if missing, with the Kafka topic ``configs`` (e.g. ``retention.ms``);
-    True when it was created by this call (an existing topic is left as it is)."""
+    True when it was created by this call (an existing topic is left as it is).
+
+    One CreateTopics request answers both questions (TOPIC_ALREADY_EXISTS means it is
+    there), so a broker starting 1,000 topics does not list Kafka's every topic 1,000
+    times. Only when Kafka refuses the create (no permission, a policy) is the topic
+    looked up in the full listing: an existing topic needs no create permission.
+    ``admin`` reuses a caller's AdminClient (a new one per call costs a connection).
+    """
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-    conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "logger": log, **(extra or {})}
-    admin = AdminClient(conf)
-    try:
-        # Listing every topic (not just this one) never triggers broker-side auto-creation.
-        meta = admin.list_topics(timeout=timeout)
-    except KafkaException as e:
-        raise NotificationError(f"cannot reach Kafka at {bootstrap}: {e}") from e
-    tmeta = meta.topics.get(topic)
-    if tmeta is not None and tmeta.error is None and tmeta.partitions:
-        return False
+    if admin is None:
+        conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "logger": log, **(extra or {})}
+        admin = AdminClient(conf)
     fut = admin.create_topics(
         [
             NewTopic(
@@ -93,11 +94,21 @@ def ensure_topic(
     )[topic]
     try:
         fut.result(timeout)
+        return True
     except KafkaException as e:
-        if e.args and e.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
+        err = e.args[0] if e.args else None
+        if err is not None and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
             return False
-        raise NotificationError(f"cannot create {what} {topic!r}: {e}") from e
-    return True
+        refused = e
+    try:
+        # Listing every topic (not just this one) never triggers broker-side auto-creation.
+        meta = admin.list_topics(timeout=timeout)
+    except KafkaException as e:
+        raise NotificationError(f"cannot reach Kafka at {bootstrap}: {e}") from e
+    tmeta = meta.topics.get(topic)
+    if tmeta is not None and tmeta.error is None and tmeta.partitions:
+        return False
+    raise NotificationError(f"cannot create {what} {topic!r}: {refused}") from refused
 
 
 class KafkaNotificationSink:
@@ -124,6 +135,7 @@ class KafkaNotificationSink:
             raise ConfigError("notification.producer.acks must stay 'all': acks are only safe then")
         self._conf = conf
         self._lock = threading.Lock()
+        self._admins: dict[tuple[str, tuple[tuple[str, Any], ...]], Any] = {}
         self._fatal: str | None = None
         self.producer_resets = 0
         self._producer = self._new_producer()
@@ -157,7 +169,20 @@ class KafkaNotificationSink:
             cfg.replication_factor,
             security,
             configs=None if retention_ms is None else {"retention.ms": str(retention_ms)},
+            admin=self._admin_for(cfg.bootstrap_servers, security),
         )
+
+    def _admin_for(self, bootstrap: str, security: dict[str, Any]) -> Any:
+        """One AdminClient per Kafka and security settings, kept for the sink's life."""
+        from confluent_kafka.admin import AdminClient
+
+        key = (bootstrap, tuple(sorted(security.items())))
+        with self._lock:
+            admin = self._admins.get(key)
+            if admin is None:
+                conf = {"bootstrap.servers": bootstrap, "logger": log, **security}
+                admin = self._admins[key] = AdminClient(conf)
+        return admin
 
     def _new_producer(self) -> Any:
         from confluent_kafka import Producer

@@ -192,3 +192,28 @@ def test_each_notification_topic_gets_its_own_partitions_and_retention(
         wide = describe_topic(memq_stack.kafka_bootstrap, f"memq.{cluster}.wide.notifications")
     assert (small.partitions, wide.partitions) == (2, 6)
     assert small.retention_ms == 3_600_000 + 86_400_000
+
+
+def test_ensure_topic_creates_once_then_finds_the_topic_with_one_request(
+    memq_stack: StackState,
+) -> None:
+    """One CreateTopics request both creates a missing notification topic and recognises an
+    existing one (TOPIC_ALREADY_EXISTS): a broker starting 1,000 topics makes no listing
+    of every Kafka topic per topic. The sink reuses one admin client."""
+    import uuid
+
+    from memq.config import NotificationConfig
+    from memq.storage_handlers.kafka_sink import KafkaNotificationSink
+    from memq.storage_handlers.kafka_topics import describe_topic
+
+    topic = f"memq.ensure-{uuid.uuid4().hex[:8]}.notifications"
+    ncfg = NotificationConfig(bootstrap_servers=memq_stack.kafka_bootstrap, partitions=3)
+    sink = KafkaNotificationSink(ncfg)
+    try:
+        assert sink.ensure_topic(topic, ncfg, retention_ms=7_200_000) is True
+        assert sink.ensure_topic(topic, ncfg, retention_ms=7_200_000) is False
+        assert len(sink._admins) == 1
+    finally:
+        sink.close(5)
+    described = describe_topic(memq_stack.kafka_bootstrap, topic)
+    assert (described.partitions, described.retention_ms) == (3, 7_200_000)
