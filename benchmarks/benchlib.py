@@ -6,9 +6,12 @@ import json
 import os
 import platform
 import random
+import shutil
+import signal
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -79,6 +82,10 @@ def shared_stack() -> Iterator[StackState]:
             _shared.clear()
 
 
+def _exit_on_sigterm(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 @contextmanager
 def private_stack() -> Iterator[StackState]:
     """A local stack just for this benchmark run (started and stopped here), or the
@@ -89,12 +96,16 @@ def private_stack() -> Iterator[StackState]:
         return
     d = Path(tempfile.mkdtemp(prefix="memq-bench-"))
     stack = DevStack(d)
+    # SIGTERM (timeout, kill) unwinds like Ctrl-C, so the servers below are stopped.
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
     state = stack.up(brokers=0, auditor=False)
     os.environ.update({k: v for k, v in state.aws_env().items() if not os.environ.get(k)})
     try:
         yield state
     finally:
         stack.down()
+        shutil.rmtree(d, ignore_errors=True)  # logs and data of a finished run
 
 
 @contextmanager

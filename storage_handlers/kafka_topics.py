@@ -182,8 +182,9 @@ def ensure_retention(
             )
         configs = {"retention.ms": str(retention_ms)}
         if ensure_topic(
-            bootstrap, topic, partitions, replication_factor, extra, timeout, configs=configs
-        ):
+            bootstrap, topic, partitions, replication_factor, extra, timeout,
+            configs=configs, admin=admin,
+        ):  # fmt: skip
             return f"created {topic} with retention.ms={retention_ms}"
     current, note = _retention(admin, topic, timeout)
     if kafka_retention_covers(current, retention_ms):
