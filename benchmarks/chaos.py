@@ -28,6 +28,17 @@ here may outlive it; each broker's peak RSS must stay under its idle RSS plus it
 memory plus a fixed overhead. The report lists every fault with the recovery time seen
 after it (from injection to the first ack of a record produced after the injection).
 
+``block_copies`` says whether dedup had anything to do: the copies of blocks that reached
+the consumer group after the block's first delivery (a retried block stored twice, or a
+notification read again after a rebalance), as the consumer dropped them
+(``dropped``, its ``duplicate_blocks_dropped`` counter) plus as the application got them
+(``delivered``, counted by block id from the records handed out). The ``copies_accounted``
+check: with dedup on, none delivered, and the auditor's dropped-copy count equals the
+consumer's; with ``--no-dedup``, none dropped, and the auditor's duplicate blocks and extra
+records equal what the application got (when audit records were lost on the way, the
+auditor's figures may fall short, never exceed). A quick run may see no copy at all (a
+kill -9 does not always catch a block in flight): the check holds with zeros too.
+
     python benchmarks/chaos.py [--quick] [--seconds 90] [--faults 12] [--seed 7] [--no-dedup]
 
 Writes ``benchmarks/results/chaos.json``; exits 1 when a check fails.
@@ -159,6 +170,7 @@ class Reader:
         self.error: str | None = None
         self.transient: list[str] = []  # retriable errors the application saw and retried
         self.dropped: dict[str, int] = {}  # the consumer's dedup counters
+        self.audit_dropped = 0  # audit records the consumer could not deliver
         self.conf = {"bootstrap.servers": bootstrap, "group.id": "chaos-readers",
                      "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
                      "heartbeat.interval.ms": 1000, "dedup.enable": dedup, **audit}  # fmt: skip
@@ -188,6 +200,7 @@ class Reader:
             names = ("duplicate_blocks_dropped", "duplicate_records_dropped", "dedup_out_of_window")
             self.dropped = {n: int(getattr(c.stats, n, 0)) for n in names}
             c.close()
+            self.audit_dropped = int(c.audit_stats().get("audit_dropped", 0))
 
 
 def run(
@@ -285,7 +298,8 @@ def run(
             idents[v].add((pid, ep, seq))
         missing = acked - set(got)
         dupes = {v: n for v, n in got.items() if n > 1}
-        summary = audit_summary(auditor.url, topic, seconds)
+        copies = block_copies(reader.got, reader.dropped)
+        summary = audit_summary(auditor.url, topic, seconds, copies)
         for f in log:
             after = [load.acked[v] for v, p in load.produced_at.items()
                      if p > f["t0"] and v in load.acked]  # fmt: skip
@@ -327,6 +341,13 @@ def run(
             for n, r in rss.items()
         },
         dropped=reader.dropped,
+        block_copies={
+            **copies,
+            "audit_dropped": g.get("dropped_duplicate_blocks"),
+            "audit_duplicate_blocks": g.get("duplicate_blocks"),
+            "audit_duplicate_records": g.get("duplicate_records"),
+            "consumer_audit_records_dropped": reader.audit_dropped,
+        },
         checks={
             "every_acked_record_consumed": not missing,
             "duplicates_are_retried_blocks": all(len(idents[v]) == 1 for v in dupes),
@@ -337,6 +358,7 @@ def run(
                 if dedup
                 else (g.get("duplicate_blocks", 0) > 0) == bool(dupes)
             ),
+            "copies_accounted": copies_accounted(copies, g, dedup, reader.audit_dropped),
             "audit_zero_missing": g.get("missing_blocks") == 0 and g.get("consumed_records", 0) > 0,
             "audit_zero_mismatch": g.get("mismatches") == 0,
             "consumer_without_error": reader.error is None,
@@ -349,6 +371,52 @@ def run(
     )
     doc["ok"] = all(doc["checks"].values())
     return doc
+
+
+def block_copies(got: list[tuple[bytes, int, int, int]], dropped: dict[str, int]) -> dict[str, int]:
+    """Copies of blocks that reached the group beyond each block's first delivery: the
+    ones the consumer dropped (its counters) plus the ones the application got (by block
+    id: a block delivered n times hands out each of its records n times)."""
+    values: dict[tuple[int, int, int], set[bytes]] = defaultdict(set)
+    handed: Counter[tuple[int, int, int]] = Counter()
+    for v, pid, ep, seq in got:
+        values[(pid, ep, seq)].add(v)
+        handed[(pid, ep, seq)] += 1
+    times = {b: n // len(values[b]) for b, n in handed.items()}
+    delivered = sum(t - 1 for t in times.values())
+    dropped_blocks = int(dropped.get("duplicate_blocks_dropped", 0))
+    return {
+        "total": dropped_blocks + delivered,
+        "dropped": dropped_blocks,
+        "dropped_records": int(dropped.get("duplicate_records_dropped", 0)),
+        "delivered": delivered,
+        "delivered_records": sum(n - len(values[b]) for b, n in handed.items()),
+        "delivered_blocks": sum(1 for t in times.values() if t > 1),
+        "out_of_window": int(dropped.get("dedup_out_of_window", 0)),
+    }
+
+
+def copies_accounted(
+    copies: dict[str, int], g: dict[str, Any], dedup: bool, audit_dropped: int
+) -> bool:
+    """Dedup on: no copy delivered, and the auditor counts the copies the consumer dropped.
+    Off: none dropped, and the auditor's duplicates are exactly the copies the application
+    got. When audit records were lost (the consumer dropped some, or blocks consumed have
+    no produced record) the auditor's figures may only fall short, never exceed."""
+    exact = audit_dropped == 0 and not g.get("unaudited_blocks")
+
+    def agree(audited: Any, seen: int) -> bool:
+        return audited == seen if exact else isinstance(audited, int) and audited <= seen
+
+    if dedup:
+        return copies["delivered"] == 0 and agree(
+            g.get("dropped_duplicate_blocks"), copies["dropped"]
+        )
+    return (
+        copies["dropped"] == 0
+        and agree(g.get("duplicate_blocks"), copies["delivered_blocks"])
+        and agree(g.get("duplicate_records"), copies["delivered_records"])
+    )
 
 
 def inject(kind: str, rng: random.Random, brokers: dict[str, dict[str, Any]], start: Any,
@@ -392,8 +460,12 @@ def inject(kind: str, rng: random.Random, brokers: dict[str, dict[str, Any]], st
     raise ValueError(kind)
 
 
-def audit_summary(url: str, topic: str, seconds: float) -> dict[str, Any]:
-    """The auditor's strict figures for the topic and group, once nothing is pending."""
+def audit_summary(
+    url: str, topic: str, seconds: float, copies: dict[str, int] | None = None
+) -> dict[str, Any]:
+    """The auditor's strict figures for the topic and group, once nothing is pending (and,
+    given the consumer's ``copies``, once the audit records of those copies are in: up to
+    30 s more, else the figures as they are)."""
     q = f"{url}/api/summary?topic={topic}&group=chaos-readers&since=2h&strict=true"
     doc: dict[str, Any] = {}
 
@@ -405,10 +477,26 @@ def audit_summary(url: str, topic: str, seconds: float) -> dict[str, Any]:
         g = t["groups"][0] if t and t.get("groups") else None
         return True if g and g.get("pending_records") == 0 else None
 
+    def copies_in() -> bool | None:
+        settled()
+        g = doc["topics"][0]["groups"][0]
+        assert copies is not None
+        return (
+            True
+            if g.get("dropped_duplicate_blocks", 0) >= copies["dropped"]
+            and g.get("duplicate_blocks", 0) >= copies["delivered_blocks"]
+            else None
+        )
+
     try:
         wait_for(settled, timeout=120, what="auditor settled")
     except Exception as e:  # reported: the check on its figures fails
         return {"error": str(e), "raw": doc}
+    if copies is not None:
+        try:
+            wait_for(copies_in, timeout=30, what="auditor has the copies")
+        except Exception as e:  # the copies_accounted check reports it
+            eprint(f"chaos: {e}")
     t = doc["topics"][0]
     return {"produced_records": t.get("produced_records"), "produced_blocks": t.get("produced_blocks"),
             "group": t["groups"][0]}  # fmt: skip
@@ -433,6 +521,11 @@ def main(argv: list[str] | None = None) -> int:
           f"({doc['duplicates']['extra_copies']} extra copies of {doc['duplicates']['records']} "
           f"retried records), {doc['failed_records']} failed deliveries; consumer dedup "
           f"{'on' if doc['consumer_dedup'] else 'off'}: {doc['dropped']}")  # fmt: skip
+    c = doc["block_copies"]
+    print(f"block copies stored more than once (reached the group again): {c['total']} "
+          f"({c['dropped']} dropped by the consumer's dedup, {c['delivered']} delivered); "
+          f"auditor: {c['audit_dropped']} dropped, {c['audit_duplicate_blocks']} "
+          "blocks delivered twice")  # fmt: skip
     for f in doc["faults"]:
         print(
             f"  t+{f['at_s']:5.1f}s {f['kind']:<13} recovery {f['recovery_s']} s  ({f['detail']})"

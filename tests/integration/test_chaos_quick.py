@@ -37,4 +37,15 @@ def test_chaos_quick_proves_zero_loss(tmp_path: Path) -> None:
     assert doc["consumer_dedup"] and doc["duplicates"]["extra_copies"] == 0
     assert g["duplicate_blocks"] == 0
     assert g["consumed_records"] >= doc["acked_records"]
+    # Whether dedup had anything to do: block copies that reached the group again (may be
+    # 0 in a quick run), all dropped by the consumer and counted alike by the auditor.
+    c = doc["block_copies"]
+    assert c["total"] == c["dropped"] + c["delivered"] and c["delivered"] == 0
+    assert c["dropped"] == doc["dropped"]["duplicate_blocks_dropped"]
+    assert c["dropped_records"] >= c["dropped"]
+    assert c["audit_duplicate_blocks"] == g["duplicate_blocks"] == 0
+    assert c["audit_dropped"] == g["dropped_duplicate_blocks"] <= c["dropped"]
+    if c["consumer_audit_records_dropped"] == 0 and not g.get("unaudited_blocks"):
+        assert c["audit_dropped"] == c["dropped"]
+    assert "block copies" in proc.stdout
     assert "recovery" in proc.stdout
