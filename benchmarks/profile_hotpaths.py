@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     with (
         benchlib.private_stack() as state,
         benchlib.broker_process(
-            state, "profile", bench_produce.broker_cfg(state, a.storage, root)
+            state, "profile", bench_produce.broker_cfg(state, a.storage, root, state.bucket)
         ) as info,
     ):
         p = Producer({"bootstrap.servers": info["endpoint"], "acks": "all", "linger.ms": 5,
