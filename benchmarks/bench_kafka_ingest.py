@@ -20,9 +20,13 @@ acknowledged (benchlib.cpu_seconds).
   (a16) the same with ``kafka_listener.partitions: 16`` (what docs/ingest.md recommends
       for Kafka-port topics: a MemQ partition is only a routing label, and librdkafka's
       idempotent producer keeps one request in flight per partition);
+  (a16n4) the same with ``kafka_listener.nodes: 4``: the 16 partitions' leaders spread
+      over 4 node ids of this one broker, so librdkafka opens 4 connections, each with its
+      own 5 requests in flight;
   (b) the local Kafka-protocol broker (Tansu) itself, topic with the same 4 partitions.
 
-``ratio_MBps`` is (a) / (b); ``ratio_MBps_16p`` is (a16) / (b).
+``ratio_MBps`` is (a) / (b); ``ratio_MBps_16p`` is (a16) / (b); ``ratio_MBps_16p_4nodes``
+is (a16n4) / (b).
 
 Writes ``benchmarks/results/kafka_ingest.json``.
 
@@ -59,13 +63,27 @@ PRODUCER = {
 }
 
 
-def broker_cfg(state: Any, batch_ms: int, partitions: int | None = None) -> dict[str, Any]:
+VARIANTS = (
+    "memq_kafka_listener",
+    "memq_kafka_listener_16p",
+    "memq_kafka_listener_16p_4nodes",
+    "kafka_direct",
+)
+
+
+def broker_cfg(
+    state: Any, batch_ms: int, partitions: int | None = None, nodes: int = 1
+) -> dict[str, Any]:
     return {
         "broker_id": "bench-kafka-listener",
         "cluster": "bench",
         "port": 0,
         "http_port": 0,
-        "kafka_listener": {"port": 0, **({"partitions": partitions} if partitions else {})},
+        "kafka_listener": {
+            "port": 0,
+            "nodes": nodes,
+            **({"partitions": partitions} if partitions else {}),
+        },
         "upload_threads": 8,
         "topic_defaults": {
             "storage": {
@@ -164,11 +182,19 @@ def drive(
     }
 
 
-def _memq(state: Any, batch_ms: int, partitions: int | None, warmup: float, seconds: float) -> Any:
-    cfg = broker_cfg(state, batch_ms, partitions)
-    with benchlib.broker_process(state, f"bench-kafka-listener-{partitions}", cfg) as info:
-        eprint(f"MemQ Kafka listener {info['kafka']} ({partitions or PARTITIONS} partitions): "
-               f"{seconds:.0f} s window")  # fmt: skip
+def _memq(
+    state: Any,
+    batch_ms: int,
+    partitions: int | None,
+    warmup: float,
+    seconds: float,
+    nodes: int = 1,
+) -> Any:
+    cfg = broker_cfg(state, batch_ms, partitions, nodes)
+    name = f"bench-kafka-listener-{partitions}-{nodes}"
+    with benchlib.broker_process(state, name, cfg) as info:
+        eprint(f"MemQ Kafka listener {info['kafka']} ({partitions or PARTITIONS} partitions, "
+               f"{nodes} node ids): {seconds:.0f} s window")  # fmt: skip
         result = drive(info["kafka"], "bench-kafka-ingest", info["pid"], warmup, seconds)
         sealed = _sealed_by_trigger(info["http"])
     result["batches_sealed_by_trigger"] = sealed
@@ -195,6 +221,7 @@ def run(seconds: float, warmup: float, batch_ms: int) -> dict[str, Any]:
         tansu_pid = kafka.process.pid if kafka.process is not None else None
         memq = _memq(state, batch_ms, None, warmup, seconds)
         memq16 = _memq(state, batch_ms, 16, warmup, seconds)
+        memq16n4 = _memq(state, batch_ms, 16, warmup, seconds, nodes=4)
         topic = "bench-kafka-ingest-direct"
         ensure_topic(state.kafka_bootstrap, topic, PARTITIONS)
         eprint(f"Kafka-protocol broker {state.kafka_bootstrap}: {seconds:.0f} s window")
@@ -207,22 +234,27 @@ def run(seconds: float, warmup: float, batch_ms: int) -> dict[str, Any]:
         "producer": PRODUCER,
         "memq_kafka_listener": memq,
         "memq_kafka_listener_16p": memq16,
+        "memq_kafka_listener_16p_4nodes": memq16n4,
         "kafka_direct": direct,
         "ratio_MBps": round(memq["MBps"] / direct["MBps"], 2) if direct["MBps"] else None,
         "ratio_MBps_16p": round(memq16["MBps"] / direct["MBps"], 2) if direct["MBps"] else None,
+        "ratio_MBps_16p_4nodes": (
+            round(memq16n4["MBps"] / direct["MBps"], 2) if direct["MBps"] else None
+        ),
     }
 
 
 def print_table(doc: dict[str, Any]) -> None:
-    print(f"{'target':24} {'MB/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'rtt p50':>8} "
+    print(f"{'target':31} {'MB/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'rtt p50':>8} "
           f"{'rtt p99':>8} {'CPU s/GiB':>10} {'failed':>7}")  # fmt: skip
-    for name in ("memq_kafka_listener", "memq_kafka_listener_16p", "kafka_direct"):
+    for name in VARIANTS:
         r = doc[name]
         cpu = "-" if r["server_cpu_s_per_GiB"] is None else f"{r['server_cpu_s_per_GiB']:.2f}"
-        print(f"{name:24} {r['MBps']:>8.2f} {r['ack_p50_ms']:>8.1f} {r['ack_p99_ms']:>8.1f} "
+        print(f"{name:31} {r['MBps']:>8.2f} {r['ack_p50_ms']:>8.1f} {r['ack_p99_ms']:>8.1f} "
               f"{r['rtt_p50_ms'] or 0:>8.1f} {r['rtt_p99_ms'] or 0:>8.1f} {cpu:>10} "
               f"{r['failed']:>7}")  # fmt: skip
-    print(f"MemQ / direct throughput: {doc['ratio_MBps']} (16 partitions: {doc['ratio_MBps_16p']})")
+    print(f"MemQ / direct throughput: {doc['ratio_MBps']} (16 partitions: {doc['ratio_MBps_16p']}; "
+          f"16 partitions on 4 node ids: {doc['ratio_MBps_16p_4nodes']})")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -236,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     doc = run(seconds, warmup=1.0 if args.quick else 5.0, batch_ms=args.batch_ms)
     print_table(doc)
     benchlib.write_result(doc, args.out)
-    failed = doc["memq_kafka_listener"]["failed"] + doc["memq_kafka_listener_16p"]["failed"]
+    failed = sum(doc[name]["failed"] for name in VARIANTS if name != "kafka_direct")
     return 0 if failed == 0 else 1
 
 
