@@ -16,6 +16,8 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
 
+from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
+
 from memq.broker.metrics import BrokerMetrics
 from memq.broker.server import BrokerServer
 from memq.config import BrokerConfig
@@ -43,6 +45,13 @@ def build_broker(config: BrokerConfig, **server_kwargs: Any) -> BrokerServer:
     return BrokerServer(config, metrics=metrics, cluster=cluster, **server_kwargs)
 
 
+def process_metrics(registry: CollectorRegistry) -> None:
+    """Add the process's own collectors (``process_*``, ``python_gc_*``, ``python_info``)."""
+    ProcessCollector(registry=registry)
+    GCCollector(registry=registry)
+    PlatformCollector(registry=registry)
+
+
 def tune_gc(config: BrokerConfig) -> None:
     """Apply ``gc_thresholds`` (process-wide: only ``memq broker`` calls this, not an
     embedding application's :class:`BrokerThread`)."""
@@ -56,7 +65,11 @@ def run_broker(config: BrokerConfig, ready_file: Path | None = None) -> None:
     tune_gc(config)
 
     async def main() -> None:
-        server = build_broker(config)
+        metrics = BrokerMetrics()
+        # This process is the broker: its CPU, memory, file descriptors and garbage
+        # collections (python_gc_*) go on /metrics too.
+        process_metrics(metrics.registry)
+        server = build_broker(config, metrics=metrics)
         try:
             await server.start()
         except BaseException:

@@ -61,6 +61,11 @@ def test_up_status_logs_restart_down(tmp_path: Path) -> None:
     (broker,) = doc["brokers"]
     assert broker["name"] == "broker-1" and broker["healthy"] is True
     assert broker["endpoint"].startswith("127.0.0.1:") and broker["http"].startswith("http://")
+    with urllib.request.urlopen(f"{broker['http']}/metrics", timeout=10) as r:
+        metrics = r.read().decode()
+    # The broker process's own CPU, memory and garbage collections are exported too.
+    assert "\npython_gc_collections_total{" in metrics
+    assert "\nprocess_resident_memory_bytes " in metrics
     auditor = doc["auditor"]
     assert auditor["healthy"] is True and auditor["url"].startswith("http://127.0.0.1:")
     with urllib.request.urlopen(f"{auditor['url']}/api/status", timeout=10) as r:

@@ -16,3 +16,20 @@ def test_the_broker_sets_its_gc_thresholds_or_leaves_pythons() -> None:
         assert gc.get_threshold() == (700, 10, 10)
     finally:
         gc.set_threshold(*before)
+
+
+def test_the_broker_process_exports_its_cpu_memory_and_gc() -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from memq.run.broker import process_metrics
+
+    registry = CollectorRegistry()
+    process_metrics(registry)
+    text = generate_latest(registry).decode()
+    for name in (
+        "python_gc_collections_total",
+        "process_resident_memory_bytes",
+        "process_cpu_seconds_total",
+        "python_info",
+    ):
+        assert f"\n{name}" in text or text.startswith(name), name
