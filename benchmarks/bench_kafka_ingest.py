@@ -104,9 +104,17 @@ def broker_cfg(
 
 
 def drive(
-    bootstrap: str, topic: str, pid: int | None, warmup: float, seconds: float
+    bootstrap: str,
+    topic: str,
+    pid: int | None,
+    warmup: float,
+    seconds: float,
+    others: dict[str, int | None] | None = None,
 ) -> dict[str, Any]:
-    """One producer thread keeps the client buffer full; figures over the window."""
+    """One producer thread keeps the client buffer full; figures over the window.
+    ``others``: more processes whose CPU seconds per GiB to report (this client, S3...)."""
+    procs = {"client": os.getpid(), **{k: v for k, v in (others or {}).items() if v}}
+    cpu_others0: dict[str, float] = {}
     from confluent_kafka import Producer
 
     pool = [os.urandom(RECORD) for _ in range(4096)]
@@ -150,6 +158,7 @@ def drive(
         if not state["measuring"] and now >= t_start:
             state["measuring"] = True
             cpu0 = benchlib.cpu_seconds(pid) if pid else None
+            cpu_others0 = {k: benchlib.cpu_seconds(v) for k, v in procs.items()}
             w0 = now
         if now >= t_end:
             break
@@ -164,6 +173,7 @@ def drive(
     window = time.monotonic() - w0
     state["measuring"] = False
     cpu = benchlib.cpu_seconds(pid) - cpu0 if pid and cpu0 is not None else None
+    cpu_others = {k: benchlib.cpu_seconds(procs[k]) - v for k, v in cpu_others0.items()}
     left = p.flush(120)
     acked_bytes = state["acked"] * RECORD
     return {
@@ -177,6 +187,9 @@ def drive(
         "server_cpu_s_per_GiB": round(cpu / (acked_bytes / GiB), 2)
         if cpu is not None and acked_bytes
         else None,
+        "cpu_s_per_GiB_by_process": {
+            k: round(v / (acked_bytes / GiB), 2) for k, v in cpu_others.items() if acked_bytes
+        },
         "failed": state["failed"] + left,
         "first_error": state["first_error"],
     }
@@ -195,7 +208,8 @@ def _memq(
     with benchlib.broker_process(state, name, cfg) as info:
         eprint(f"MemQ Kafka listener {info['kafka']} ({partitions or PARTITIONS} partitions, "
                f"{nodes} node ids): {seconds:.0f} s window")  # fmt: skip
-        result = drive(info["kafka"], "bench-kafka-ingest", info["pid"], warmup, seconds)
+        others = {"s3": state.services["s3"].pid, "kafka": state.services["kafka"].pid}
+        result = drive(info["kafka"], "bench-kafka-ingest", info["pid"], warmup, seconds, others)
         sealed = _sealed_by_trigger(info["http"])
     result["batches_sealed_by_trigger"] = sealed
     return result
@@ -253,6 +267,10 @@ def print_table(doc: dict[str, Any]) -> None:
         print(f"{name:31} {r['MBps']:>8.2f} {r['ack_p50_ms']:>8.1f} {r['ack_p99_ms']:>8.1f} "
               f"{r['rtt_p50_ms'] or 0:>8.1f} {r['rtt_p99_ms'] or 0:>8.1f} {cpu:>10} "
               f"{r['failed']:>7}")  # fmt: skip
+    for name in VARIANTS:
+        by = doc[name].get("cpu_s_per_GiB_by_process") or {}
+        print(f"{name:31} other processes, CPU s/GiB: "
+              + ", ".join(f"{k} {v:.2f}" for k, v in by.items()))  # fmt: skip
     print(f"MemQ / direct throughput: {doc['ratio_MBps']} (16 partitions: {doc['ratio_MBps_16p']}; "
           f"16 partitions on 4 node ids: {doc['ratio_MBps_16p_4nodes']})")  # fmt: skip
 
