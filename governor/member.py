@@ -8,7 +8,8 @@
   processors on the broker's event loop (a processor being removed seals and uploads its
   open batch and answers its pending writes first).
 - Serves metadata (writers, settings) from ZooKeeper and the admin requests behind
-  ``memq topic ...`` and ``memq cluster status``.
+  ``memq topic ...`` and ``memq cluster status`` (their ZooKeeper work:
+  :mod:`memq.governor.admin`).
 - Runs a :class:`governor.governor.Governor` contender.
 """
 
@@ -22,16 +23,10 @@ from typing import Any
 
 from memq.acl import AclEntry
 from memq.broker.cluster import AdminResponse, TopicHost
-from memq.config import BrokerConfig, TopicConfig, deep_merge, validate_model
-from memq.errors import (
-    ConfigError,
-    CoordinationError,
-    InvalidRequestError,
-    TopicExistsError,
-    UnknownTopicError,
-)
-from memq.formats.keys import validate_name
+from memq.config import BrokerConfig, TopicConfig
+from memq.errors import ConfigError, CoordinationError
 from memq.governor.acls import edit_acls, watch_acls
+from memq.governor.admin import cluster_status, create_topic, delete_topic, update_topic
 from memq.governor.governor import Governor
 from memq.governor.metrics import ClusterMetrics
 from memq.governor.zk import (
@@ -59,7 +54,6 @@ from memq.protocol import (
     TopicListResponse,
     TopicUpdate,
 )
-from memq.storage_handlers.kafka_topics import grow_partitions, sync_notification_retention
 
 __all__ = ["ClusterMember"]
 
@@ -434,35 +428,11 @@ class ClusterMember:
     async def _blocking(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
 
-    def _validated(self, name: str, settings: dict[str, Any]) -> TopicConfig:
-        try:
-            validate_name("topic", name)
-        except Exception as e:
-            raise InvalidRequestError(str(e)) from None
-        defaults = self.config.topic_defaults
-        base = defaults.model_dump(by_alias=True, exclude_unset=True) if defaults else {}
-        try:
-            return validate_model(
-                TopicConfig, deep_merge(base, {**settings, "name": name}), f"topic {name}"
-            )
-        except ConfigError as e:
-            raise InvalidRequestError(str(e)) from None
-
     def _create(self, name: str, settings: dict[str, Any], if_not_exists: bool) -> TopicConfig:
-        from kazoo.exceptions import NodeExistsError
-
-        cfg = self._validated(name, settings)
-        if self.zk.exists(self.layout.topic(name)) is None:  # its notification topic first
-            sync_notification_retention(cfg, self.config.cluster)
-        try:
-            self.zk.create(self.layout.topic(name), dumps(cfg.without_secrets()), makepath=True)
-        except NodeExistsError:
-            if not if_not_exists:
-                raise TopicExistsError(f"topic {name!r} already exists") from None
-            data, _ = read_json(self.zk, self.layout.topic(name))
-            return TopicConfig.model_validate(data)
-        log.info("topic %s created", name)
-        return self._remember(name, cfg.without_secrets())
+        cfg, created = create_topic(
+            self.zk, self.layout, self.config, name, settings, if_not_exists
+        )
+        return self._remember(name, cfg) if created else cfg
 
     def _remember(self, name: str, cfg: TopicConfig) -> TopicConfig:
         """Read your writes: this broker's answers (metadata, describe) show a topic it
@@ -472,77 +442,16 @@ class ClusterMember:
         return cfg
 
     def _update(self, name: str, settings: dict[str, Any]) -> TopicConfig:
-        from kazoo.exceptions import BadVersionError
-
-        data, stat = read_json(self.zk, self.layout.topic(name))
-        if data is None or stat is None:
-            raise UnknownTopicError(f"topic {name!r} does not exist: create it first")
-        before = TopicConfig.model_validate(data)
-        current = before.model_dump(by_alias=True)
-        try:
-            cfg = validate_model(
-                TopicConfig, deep_merge(current, {**settings, "name": name}), f"topic {name}"
-            )
-        except ConfigError as e:
-            raise InvalidRequestError(str(e)) from None
-        # Kafka first (raises if it refuses): never store what Kafka does not apply. The
-        # Kafka client secrets are this broker's own (ZooKeeper holds none).
-        live = cfg.with_secrets_from(self.config.topic_defaults)
-        grow_partitions(live, self.config.cluster, before)
-        sync_notification_retention(live, self.config.cluster, before)
-        try:
-            self.zk.set(self.layout.topic(name), dumps(cfg.without_secrets()), version=stat.version)
-        except BadVersionError:
-            raise CoordinationError(f"topic {name!r} changed concurrently: retry") from None
-        return self._remember(name, cfg.without_secrets())
-
-    def _delete(self, name: str) -> None:
-        from kazoo.exceptions import NoNodeError
-
-        try:
-            self.zk.delete(self.layout.topic(name))
-        except NoNodeError:
-            raise UnknownTopicError(f"topic {name!r} does not exist") from None
+        return self._remember(name, update_topic(self.zk, self.layout, self.config, name, settings))
 
     def status(self) -> dict[str, Any]:
         with self._lock:
             brokers = dict(self._brokers)
             a = self._assignment
             topics = dict(self._topics)
-        cap = sum(b.capacity_mbps for b in brokers.values())
-        used = sum(a.load.get(b, 0.0) for b in brokers)
-        return {
-            "cluster": self.config.cluster,
-            "governor": self.governor_id(),
-            "assignment_version": a.version,
-            "brokers": [
-                {
-                    **b.model_dump(),
-                    "load_mbps": a.load.get(b.id, 0.0),
-                    "planned_memory_bytes": a.memory.get(b.id, 0),
-                    "topics": sorted(t for t, ws in a.writers.items() if b.id in ws),
-                }
-                for b in sorted(brokers.values(), key=lambda b: b.id)
-            ],
-            "topics": {
-                t: {
-                    "writers": a.writers.get(t, []),
-                    "expected_mbps": c.expected_mbps,
-                    "min_writers": c.min_writers,
-                    "shortfall_mbps": a.shortfall.get(t, 0.0),
-                    "unplaced_writers": a.unplaced.get(t, 0),
-                    "planned_mbps": a.planned_mbps.get(t),
-                    "load_source": "measured" if t in a.measured else "declared",
-                }
-                for t, c in sorted(topics.items())
-            },
-            "capacity_mbps": cap,
-            "used_mbps": round(used, 3),
-            "free_mbps": round(cap - used, 3),
-            "shortfall": a.shortfall,
-            "unplaced": a.unplaced,
-            "assignment": self.zk_config.assignment,
-        }
+        return cluster_status(
+            self.config.cluster, self.zk_config.assignment, self.governor_id(), brokers, a, topics
+        )
 
     async def admin(self, req: AdminRequest) -> AdminResponse:
         match req:
@@ -560,7 +469,7 @@ class ClusterMember:
                 cfg = await self._blocking(self._update, req.name, req.nested())
                 return cfg.model_dump(mode="json", by_alias=True)
             case TopicDelete():
-                await self._blocking(self._delete, req.name)
+                await self._blocking(delete_topic, self.zk, self.layout, req.name)
                 return TopicDeleted(deleted=req.name)
             case TopicList():
                 return TopicListResponse(topics=self.topic_names())

@@ -9,7 +9,6 @@ from rich.console import Console
 from rich.table import Table
 
 from memq.cli.options import STATE_DIR
-from memq.devstack import DevStack
 
 out = Console(log_path=False)
 
@@ -26,6 +25,7 @@ def demo(
     against what was produced. Uses the running local stack, or starts (and stops) one."""
     from memq.cli.audit import print_report
     from memq.demo import DemoResult, demo_with_stack
+    from memq.devstack import DevStack
 
     def report(res: DemoResult, stack_stops: bool) -> None:
         t = Table(title=f"MemQ demo: topic {res.topic}", show_header=False)

@@ -11,7 +11,6 @@ from rich.console import Console
 from rich.table import Table
 
 from memq.cli.options import STATE_DIR
-from memq.devstack import DevStack
 
 app = typer.Typer(
     help="Run the local stack: moto S3, Tansu (Kafka protocol) and ZooKeeper on 127.0.0.1.",
@@ -60,6 +59,8 @@ def up(
     auditor (dashboard URL in the table; a new Kafka gets a new audit database). Clients
     (memq produce, memq.Producer) find them through the state dir when no bootstrap is
     given, and then emit audit records by default."""
+    from memq.devstack import DevStack
+
     s = DevStack(state_dir)
     t0 = time.monotonic()
     with err.status("starting the local stack...") as status:
@@ -121,6 +122,8 @@ def status(
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
 ) -> None:
     """Show each server, its endpoint, pid and live health (exit 1 if any is unhealthy)."""
+    from memq.devstack import DevStack
+
     s = DevStack(state_dir)
     if not as_json:
         _print_table(s)
@@ -165,6 +168,8 @@ def down(
     ),
 ) -> None:
     """Stop every process the stack started (and only those)."""
+    from memq.devstack import DevStack
+
     s = DevStack(state_dir)
     stopped = s.down(timeout=timeout, progress=err.print)
     err.print("local stack stopped" if stopped else f"no local stack under {s.state_dir}")
@@ -178,6 +183,8 @@ def logs(
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines."),
 ) -> None:
     """Show the log of one component (or the tail of all of them)."""
+    from memq.devstack import DevStack
+
     s = DevStack(state_dir)
     state = s.require()
     names = [*state.services, *(b["name"] for b in state.extra.get("brokers", []))]

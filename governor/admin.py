@@ -1,0 +1,156 @@
+"""What a cluster member's admin requests do in ZooKeeper: create, update and delete a
+topic's config (its notification topic in Kafka first), and the cluster status report.
+
+The topic functions block (kazoo calls, Kafka admin calls): a
+:class:`memq.governor.member.ClusterMember` runs them on an executor thread and keeps
+what they return as its own view of the topic (read your writes). ``cluster_status`` is
+pure: it formats a snapshot the member took under its lock.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from memq.config import BrokerConfig, TopicConfig, deep_merge, validate_model
+from memq.errors import (
+    ConfigError,
+    CoordinationError,
+    InvalidRequestError,
+    TopicExistsError,
+    UnknownTopicError,
+)
+from memq.formats.keys import validate_name
+from memq.governor.zk import AssignmentRecord, BrokerRecord, Layout, ZkClient, dumps, read_json
+from memq.storage_handlers.kafka_topics import grow_partitions, sync_notification_retention
+
+__all__ = ["cluster_status", "create_topic", "delete_topic", "update_topic", "validated_topic"]
+
+log = logging.getLogger(__name__)
+
+
+def validated_topic(config: BrokerConfig, name: str, settings: dict[str, Any]) -> TopicConfig:
+    """The config of a new topic ``name``: the broker's topic defaults, then ``settings``."""
+    try:
+        validate_name("topic", name)
+    except Exception as e:
+        raise InvalidRequestError(str(e)) from None
+    defaults = config.topic_defaults
+    base = defaults.model_dump(by_alias=True, exclude_unset=True) if defaults else {}
+    try:
+        return validate_model(
+            TopicConfig, deep_merge(base, {**settings, "name": name}), f"topic {name}"
+        )
+    except ConfigError as e:
+        raise InvalidRequestError(str(e)) from None
+
+
+def create_topic(
+    zk: ZkClient,
+    layout: Layout,
+    config: BrokerConfig,
+    name: str,
+    settings: dict[str, Any],
+    if_not_exists: bool,
+) -> tuple[TopicConfig, bool]:
+    """Create topic ``name`` (its notification topic first); returns its config (without
+    secrets) and whether this call created it (False: it existed and ``if_not_exists``)."""
+    from kazoo.exceptions import NodeExistsError
+
+    cfg = validated_topic(config, name, settings)
+    if zk.exists(layout.topic(name)) is None:  # its notification topic first
+        sync_notification_retention(cfg, config.cluster)
+    try:
+        zk.create(layout.topic(name), dumps(cfg.without_secrets()), makepath=True)
+    except NodeExistsError:
+        if not if_not_exists:
+            raise TopicExistsError(f"topic {name!r} already exists") from None
+        data, _ = read_json(zk, layout.topic(name))
+        return TopicConfig.model_validate(data), False
+    log.info("topic %s created", name)
+    return cfg.without_secrets(), True
+
+
+def update_topic(
+    zk: ZkClient, layout: Layout, config: BrokerConfig, name: str, settings: dict[str, Any]
+) -> TopicConfig:
+    """Merge ``settings`` into topic ``name``'s config (Kafka first: partitions, retention);
+    returns the new config without secrets."""
+    from kazoo.exceptions import BadVersionError
+
+    data, stat = read_json(zk, layout.topic(name))
+    if data is None or stat is None:
+        raise UnknownTopicError(f"topic {name!r} does not exist: create it first")
+    before = TopicConfig.model_validate(data)
+    current = before.model_dump(by_alias=True)
+    try:
+        cfg = validate_model(
+            TopicConfig, deep_merge(current, {**settings, "name": name}), f"topic {name}"
+        )
+    except ConfigError as e:
+        raise InvalidRequestError(str(e)) from None
+    # Kafka first (raises if it refuses): never store what Kafka does not apply. The
+    # Kafka client secrets are this broker's own (ZooKeeper holds none).
+    live = cfg.with_secrets_from(config.topic_defaults)
+    grow_partitions(live, config.cluster, before)
+    sync_notification_retention(live, config.cluster, before)
+    try:
+        zk.set(layout.topic(name), dumps(cfg.without_secrets()), version=stat.version)
+    except BadVersionError:
+        raise CoordinationError(f"topic {name!r} changed concurrently: retry") from None
+    return cfg.without_secrets()
+
+
+def delete_topic(zk: ZkClient, layout: Layout, name: str) -> None:
+    from kazoo.exceptions import NoNodeError
+
+    try:
+        zk.delete(layout.topic(name))
+    except NoNodeError:
+        raise UnknownTopicError(f"topic {name!r} does not exist") from None
+
+
+def cluster_status(
+    cluster: str,
+    algorithm: str,
+    governor: str | None,
+    brokers: dict[str, BrokerRecord],
+    a: AssignmentRecord,
+    topics: dict[str, TopicConfig],
+) -> dict[str, Any]:
+    """The ``memq cluster status`` report: brokers with their load and topics, each topic's
+    writers and planning figures, and the cluster's capacity."""
+    cap = sum(b.capacity_mbps for b in brokers.values())
+    used = sum(a.load.get(b, 0.0) for b in brokers)
+    return {
+        "cluster": cluster,
+        "governor": governor,
+        "assignment_version": a.version,
+        "brokers": [
+            {
+                **b.model_dump(),
+                "load_mbps": a.load.get(b.id, 0.0),
+                "planned_memory_bytes": a.memory.get(b.id, 0),
+                "topics": sorted(t for t, ws in a.writers.items() if b.id in ws),
+            }
+            for b in sorted(brokers.values(), key=lambda b: b.id)
+        ],
+        "topics": {
+            t: {
+                "writers": a.writers.get(t, []),
+                "expected_mbps": c.expected_mbps,
+                "min_writers": c.min_writers,
+                "shortfall_mbps": a.shortfall.get(t, 0.0),
+                "unplaced_writers": a.unplaced.get(t, 0),
+                "planned_mbps": a.planned_mbps.get(t),
+                "load_source": "measured" if t in a.measured else "declared",
+            }
+            for t, c in sorted(topics.items())
+        },
+        "capacity_mbps": cap,
+        "used_mbps": round(used, 3),
+        "free_mbps": round(cap - used, 3),
+        "shortfall": a.shortfall,
+        "unplaced": a.unplaced,
+        "assignment": algorithm,
+    }

@@ -1,0 +1,278 @@
+"""Filling the producer's open blocks: where a record goes, buffer.memory, sealing.
+
+An unkeyed record goes to the calling thread's open block of its topic (no lock per
+record); a keyed record to the open block of its key lane (:mod:`memq.producer.lanes`),
+shared by every thread so a key's records keep the order of the produce() calls. Opening a
+block reserves its size of ``buffer.memory`` (waiting up to ``max.block.ms``); a block is
+sealed when full, when ``linger.ms`` passes (a key lane's block keeps filling while an
+earlier block of its lane is in flight), or on flush, and handed to the sender.
+
+:class:`BlockFilling` is the part of :class:`memq.producer.producer.Producer` that does
+this; the producer owns the state it works on (declared below) and sets it up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from itertools import accumulate
+
+from memq.errors import ClientClosedError, MemqError
+from memq.formats.block import BLOCK_HEADER_SIZE, Header
+from memq.producer.accumulator import OpenBlock, SealedBlock
+from memq.producer.config import ProducerConfig
+from memq.producer.futures import BlockResult, DeliveryCallback, RecordFuture
+from memq.producer.lanes import lane_of
+from memq.producer.sender import Sender
+
+__all__ = ["BlockFilling", "BufferFullError"]
+
+log = logging.getLogger(__name__)
+
+
+class BufferFullError(MemqError, BufferError):
+    """produce() waited ``max.block.ms`` for buffer space: the brokers do not keep up."""
+
+    retriable = True
+
+
+class BlockFilling:
+    """Puts records into open blocks and seals them (a base of ``Producer``)."""
+
+    config: ProducerConfig
+    _sender: Sender
+    _loop: asyncio.AbstractEventLoop
+    _thread: threading.Thread
+    _lock: threading.Lock
+    _changed: threading.Condition
+    #: Per thread: ``blocks``, the open block of each topic (unkeyed records).
+    _local: threading.local
+    _open: set[OpenBlock]
+    #: Sealed blocks not completed yet (close() fails any the sender never finished).
+    _inflight: set[SealedBlock]
+    #: Next block sequence number per topic.
+    _seq: dict[str, int]
+    #: Open blocks of the key lanes, by (topic, writer): shared by every thread, so
+    #: a key's records keep the order of the produce() calls.
+    _keyed: dict[tuple[str, str], OpenBlock]
+    #: Blocks opened so far per key lane (a block's place in its lane).
+    _lane_opened: dict[tuple[str, str], int]
+    #: Per topic: the metadata object the lanes were computed from, and its writers.
+    _lane_writers: dict[str, tuple[object, list[str]]]
+    #: Bytes of buffer.memory taken by open, sealed and in-flight blocks.
+    _buffered: int
+    #: Records in sealed blocks not completed yet.
+    _pending_records: int
+    _closed: bool
+
+    def _on_io_thread(self) -> bool:
+        """True inside a delivery callback (they run on the I/O thread), where produce()
+        must never block: what it would wait for is done by this very thread."""
+        return threading.current_thread() is self._thread
+
+    def _fill(
+        self,
+        topic: str,
+        lane: str | None,
+        ts: int,
+        keys: Sequence[bytes | None] | None,
+        values: Sequence[bytes],
+        totals: list[int],
+        limit: int,
+        parts: list[tuple[BlockResult, int]],
+    ) -> None:
+        """Add ``values`` (cumulative sizes ``totals``), in order, to the open block(s) of
+        the calling thread (``lane`` None) or of the key lane ``lane``; ``parts`` gets each
+        block's future and record count."""
+        blocks: dict[str, OpenBlock] | None = getattr(self._local, "blocks", None)
+        if blocks is None:
+            blocks = self._local.blocks = {}
+        done, n = 0, len(values)
+        while done < n:
+            acc = blocks.get(topic) if lane is None else self._keyed.get((topic, lane))
+            if acc is not None:
+                added = acc.try_add_many(ts, keys, values, totals, done)
+                if added:
+                    parts.append((acc.result, added))
+                    done += added
+                    continue
+                self._seal(acc)  # full
+            if lane is None:
+                blocks[topic] = self._open_block(topic, limit)
+            else:
+                self._open_lane_block((topic, lane), acc, limit)
+
+    # --- keyed records -----------------------------------------------------------------
+
+    def _lanes(self, topic: str) -> list[str]:
+        """``topic``'s writers (sorted addresses) that key lanes map to.
+
+        Taken from the last metadata seen (kept when the cache entry is dropped after an
+        error, so the mapping changes only when fresh metadata names other writers).
+        """
+        tmeta = self._sender.meta.cached(topic)
+        seen = self._lane_writers.get(topic)
+        if seen is not None and (tmeta is None or tmeta is seen[0]):
+            return seen[1]
+        writers = self._sender.writers_of(tmeta)
+        if tmeta is not None:
+            if seen is not None and seen[1] != writers:
+                log.info("topic %s: key lanes now map to writers %s", topic, writers)
+            self._lane_writers[topic] = (tmeta, writers)
+        return writers
+
+    def _produce_keyed(
+        self,
+        topic: str,
+        ts: int,
+        key: bytes,
+        value: bytes,
+        headers: tuple[Header, ...] | None,
+        size: int,
+        limit: int,
+        on_delivery: DeliveryCallback | None,
+    ) -> RecordFuture:
+        """Add a keyed record to the open block of its key lane (shared by all threads)."""
+        lane = (topic, lane_of(key, self._lanes(topic)))
+        while True:
+            acc = self._keyed.get(lane)
+            if acc is not None:
+                fut = acc.try_add(ts, key, value, headers, size, on_delivery)
+                if fut is not None:
+                    return fut
+                self._seal(acc)  # full
+            self._open_lane_block(lane, acc, limit)
+
+    def _produce_keyed_many(
+        self,
+        topic: str,
+        ts: int,
+        keys: Sequence[bytes | None],
+        values: Sequence[bytes],
+        sizes: Sequence[int],
+        limit: int,
+    ) -> list[tuple[BlockResult, int]]:
+        """produce_batch() with keys: each key lane's records (and the unkeyed ones) go,
+        in their order, to that lane's open block(s)."""
+        writers = self._lanes(topic)
+        groups: dict[str | None, list[int]] = {}
+        for i, k in enumerate(keys):
+            groups.setdefault(None if k is None else lane_of(k, writers), []).append(i)
+        parts: list[tuple[BlockResult, int]] = []
+        for lane, idx in groups.items():
+            totals = list(accumulate((sizes[i] for i in idx), initial=0))
+            sub_keys = [keys[i] for i in idx]
+            self._fill(topic, lane, ts, sub_keys, [values[i] for i in idx], totals, limit, parts)
+        return parts
+
+    def _open_lane_block(self, lane: tuple[str, str], old: OpenBlock | None, limit: int) -> None:
+        """Replace ``lane``'s open block ``old`` (None: it has none) by a new one, unless
+        another thread did already.
+
+        A lane sends one block at a time, so while an earlier block of the lane is in
+        flight the new one may grow past batch.size, up to 3/4 of the topic's largest
+        block (a quarter of buffer.memory at most): under load a lane then sends blocks
+        that fill over half a broker batch, which the broker seals at once (trigger
+        ``keyed``) instead of after batch.ms, so one block per round trip still moves
+        tens of MB/s.
+        """
+        with self._lock:
+            if self._closed:
+                raise ClientClosedError("producer is closed")
+            if self._keyed.get(lane) is not old:
+                return
+            if self._sender.lanes.busy_before(lane, self._lane_opened.get(lane, 0)):
+                tmeta = self._sender.meta.cached(lane[0])
+                if tmeta is not None and tmeta.max_block_bytes:
+                    grown = min(tmeta.max_block_bytes * 3 // 4, self.config.buffer_memory // 4)
+                    limit = max(limit, grown)
+            self._reserve(limit)  # may wait (releasing the lock)
+            if self._keyed.get(lane) is not old:  # another thread opened one meanwhile
+                self._buffered -= limit
+                self._changed.notify_all()
+                return
+            seq = self._lane_opened.get(lane, 0)
+            self._lane_opened[lane] = seq + 1
+            acc = OpenBlock(lane[0], capacity=limit - BLOCK_HEADER_SIZE, reserved=limit)
+            acc.lane, acc.lane_seq = lane[1], seq
+            self._keyed[lane] = acc
+            self._open.add(acc)
+        self._loop.call_soon_threadsafe(self._arm_linger, acc)
+
+    def _open_block(self, topic: str, limit: int) -> OpenBlock:
+        """A new open block for the calling thread, holding ``limit`` bytes of budget."""
+        with self._lock:
+            if self._closed:
+                raise ClientClosedError("producer is closed")
+            self._reserve(limit)
+            acc = OpenBlock(topic, capacity=limit - BLOCK_HEADER_SIZE, reserved=limit)
+            self._open.add(acc)
+        self._loop.call_soon_threadsafe(self._arm_linger, acc)
+        return acc
+
+    def _reserve(self, size: int) -> None:
+        """Take ``size`` bytes of buffer.memory (under the lock), waiting up to max.block.ms."""
+        cap = self.config.buffer_memory
+        if self._buffered + size <= cap or self._buffered == 0:
+            self._buffered += size
+            return
+        # Inside a delivery callback nothing frees buffer space while we wait: don't.
+        block_ms = 0 if self._on_io_thread() else self.config.max_block_ms
+        deadline = time.monotonic() + block_ms / 1000
+        while self._buffered + size > cap and self._buffered > 0:
+            left = deadline - time.monotonic()
+            if left <= 0 or self._closed:
+                if self._closed:
+                    raise ClientClosedError("producer is closed")
+                raise BufferFullError(
+                    f"producer buffer full ({self._buffered} of buffer.memory={cap} bytes) for "
+                    f"max.block.ms={block_ms}"
+                    + (" (produce() in a delivery callback never blocks)" if not block_ms else "")
+                    + ": the brokers are not keeping up; slow down, raise buffer.memory, or "
+                    "check broker health"
+                )
+            self._changed.wait(left)
+        self._buffered += size
+
+    def _seal(self, acc: OpenBlock) -> None:
+        """Seal an open block (from any thread) and hand it to the sender."""
+        if not acc.close():
+            return
+        with self._lock:
+            self._open.discard(acc)
+            self._buffered -= acc.reserved - acc.size  # keep only what the records use
+            acc.reserved = acc.size
+            self._changed.notify_all()
+            if acc.lane is not None and self._keyed.get((acc.topic, acc.lane)) is acc:
+                del self._keyed[(acc.topic, acc.lane)]
+            if not acc.count:
+                if acc.lane is not None:  # never sent: the lane's next block may go
+                    self._loop.call_soon_threadsafe(
+                        self._sender.lanes.done, (acc.topic, acc.lane), acc.lane_seq
+                    )
+                return
+            self._pending_records += acc.count
+            seq = self._seq.get(acc.topic, 0)
+            self._seq[acc.topic] = seq + 1
+            block = acc.seal(seq)
+            self._inflight.add(block)
+        self._loop.call_soon_threadsafe(self._sender.spawn, block)
+
+    def _arm_linger(self, acc: OpenBlock) -> None:
+        self._loop.call_later(self.config.linger_ms / 1000, self._linger, acc)
+
+    def _linger(self, acc: OpenBlock) -> None:
+        """linger.ms passed: seal the block; a key lane's block keeps filling (up to
+        batch.size) while an earlier block of its lane is still in flight, as it could not
+        be sent before anyway."""
+        if (
+            acc.lane is not None
+            and not acc.sealed
+            and self._sender.lanes.busy_before((acc.topic, acc.lane), acc.lane_seq)
+        ):
+            self._arm_linger(acc)
+            return
+        self._seal(acc)
