@@ -41,7 +41,7 @@ from memq.consumer.topics import Topics
 from memq.errors import ClientClosedError, ConfigError, MemqError
 from memq.formats.notification import Notification
 
-__all__ = ["Consumer", "Lag"]
+__all__ = ["LOCAL_GROUP_SESSION", "Consumer", "Lag", "local_group_session"]
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +49,24 @@ TP = tuple[str, int]  # (notification topic, partition)
 V = TypeVar("V")
 SkipCallback = Callable[[Notification, MemqError], Any]
 PartitionsCallback = Callable[[list[tuple[str, int]]], Any]
+
+
+#: (session.timeout.ms, heartbeat.interval.ms) on the local stack unless set: its Kafka
+#: assigns partitions about session.timeout.ms / 2 after a join (23 s with the default 45 s).
+LOCAL_GROUP_SESSION = (6000, 1000)
+
+
+def local_group_session(cfg: ConsumerConfig) -> ConsumerConfig:
+    """``cfg`` with the local stack's short group session where the user set none."""
+    given = cfg.model_fields_set
+    session, heartbeat = LOCAL_GROUP_SESSION
+    update: dict[str, int] = {}
+    if "session_timeout_ms" not in given:
+        hb = cfg.heartbeat_interval_ms if "heartbeat_interval_ms" in given else heartbeat
+        update["session_timeout_ms"] = max(session, 3 * hb)
+    if "heartbeat_interval_ms" not in given:
+        update["heartbeat_interval_ms"] = min(heartbeat, cfg.session_timeout_ms // 3)
+    return cfg.model_copy(update=update) if update else cfg
 
 
 class Lag(NamedTuple):
@@ -86,6 +104,8 @@ class Consumer:
         else:
             cfg = ConsumerConfig.from_mapping(config, **kwargs)
         cfg, endpoints = resolve_client(cfg, cfg.bootstrap_list())
+        if endpoints.local:  # given bootstrap.servers or not: join its group in seconds
+            cfg = local_group_session(cfg)
         self.config = cfg
         self.bootstrap = endpoints.bootstrap
         #: Storage reader settings: the local stack's (endpoint, credentials), then ours.

@@ -20,6 +20,7 @@ from typing import NamedTuple, Protocol
 from memq.consumer.fetcher import Start
 
 __all__ = [
+    "METADATA_DROPPED",
     "GroupOffsets",
     "GroupSource",
     "OffsetAndMetadata",
@@ -32,6 +33,12 @@ log = logging.getLogger(__name__)
 TP = tuple[str, int]  # (notification topic, partition)
 #: Commit metadata of a position inside an object: ``memq:<block>:<record>``.
 POSITION_PREFIX = "memq:"
+#: Logged (WARNING, once per consumer) when the notification Kafka drops commit metadata:
+#: a constant, so a program that tells its user itself (``memq consume``) can filter it.
+METADATA_DROPPED = (
+    "the notification Kafka drops commit metadata: a commit inside an object "
+    "keeps only its offset, so a restart reads that object again, whole"
+)
 
 
 class OffsetAndMetadata(NamedTuple):
@@ -155,10 +162,7 @@ class GroupOffsets:
             (b := back.get(tp)) is not None and b.metadata == m.metadata for tp, m in inside.items()
         )
         if not self.metadata_kept:
-            log.warning(
-                "the notification Kafka drops commit metadata: a commit inside an object "
-                "keeps only its offset, so a restart reads that object again, whole"
-            )
+            log.warning(METADATA_DROPPED)
 
     def maybe_auto_commit(self) -> None:
         """With auto-commit, commit (asynchronously) once the interval has passed.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import time
@@ -46,11 +47,6 @@ def _time_option(value: str | None) -> str | None:
     if value is not None:
         parse_time(value)
     return value
-
-
-#: Group session settings for the local Kafka, which assigns partitions about
-#: session.timeout.ms / 2 after a join (45 s by default): what the demo uses.
-LOCAL_GROUP_SETTINGS = {"session.timeout.ms": "6000", "heartbeat.interval.ms": "1000"}
 
 
 def _use_state_dir(state_dir: Path | None) -> None:
@@ -168,7 +164,7 @@ def consume(
         "--property",
         "-X",
         help="Consumer setting KEY=VALUE, e.g. -X session.timeout.ms=6000 (repeatable). "
-        "On the local stack (no --bootstrap-servers) session.timeout.ms=6000 and "
+        "Against the local stack session.timeout.ms=6000 and "
         "heartbeat.interval.ms=1000 unless set here: its Kafka assigns partitions about "
         "session.timeout.ms / 2 after a join.",
     ),
@@ -226,8 +222,6 @@ def consume(
         conf["group.id"] = group
     if bootstrap:
         conf["bootstrap.servers"] = bootstrap
-    else:  # the local stack: join its Kafka's group in seconds, not 23 s
-        conf.update(LOCAL_GROUP_SETTINGS)
     conf.update(pairs(props, "-X", shape="KEY=VALUE", strip_value=True))
     usage_config(ConsumerConfig, conf)  # a typo'd -X key: one line, before anything runs
     start_ms = parse_time(from_time) if from_time is not None else None
@@ -318,18 +312,30 @@ def consume(
     err.print(t)
 
 
+def _not_metadata_dropped(record: logging.LogRecord) -> bool:
+    from memq.consumer.offsets import METADATA_DROPPED
+
+    return record.msg != METADATA_DROPPED
+
+
 def _commit(
     c: Any, topic: str, group: str | None, no_commit: bool, printed: dict[tuple[int, int], int]
 ) -> str:
-    """Commit what was printed; say plainly what that covers."""
+    """Commit what was printed; say plainly what that covers (the consumer's warning that
+    this Kafka drops commit metadata is left out: the summary says what it means here)."""
+    from memq.consumer.offsets import log as offsets_log
+
     if no_commit:
         return "no (--no-commit)"
     if group is None:
         return "no (no --group: nothing to commit to)"
+    offsets_log.addFilter(_not_metadata_dropped)
     try:
         offsets = c.commit()
     except MemqError as e:
         return f"failed: {e}"
+    finally:
+        offsets_log.removeFilter(_not_metadata_dropped)
     # Objects printed in part: the commit is at that object (with its next record's
     # position in the commit metadata, which not every Kafka keeps).
     inside = sum(printed.get((p, o), 0) for (t, p), o in offsets.items() if t == topic)

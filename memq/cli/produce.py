@@ -74,8 +74,6 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 MiB = 1 << 20
-#: The producer's default batch.size: used when the topic does not exist yet.
-DEFAULT_BATCH_SIZE = MiB
 #: The producer's largest batch.size.
 MAX_BATCH_SIZE = 256 * MiB
 
@@ -130,7 +128,8 @@ def produce(
         None,
         min=1024,
         max=MAX_BATCH_SIZE,
-        show_default="the topic's max_block_bytes, 1 MiB for a topic not created yet",
+        show_default="the topic's max_block_bytes; for a topic not created yet, a topic's "
+        "default (batch.bytes, 8 MiB)",
         help="Producer batch.size: the largest block, so the largest record.",
     ),
     timeout: float = typer.Option(
@@ -151,6 +150,7 @@ def produce(
     (records, MB, records/s, ack latency p50/p99, where the records went, errors with the
     first one's message); exits 1 if any record failed (a line too large for the topic, or
     not base64, is reported and skipped; the others are sent)."""
+    from memq.config import BatchConfig
     from memq.errors import MemqError
     from memq.jsonlines import decode_field, split_line
     from memq.producer import Producer, ProducerConfig
@@ -185,7 +185,9 @@ def produce(
     conf.update(pairs(props, "-X", shape="KEY=VALUE", strip_value=True))
     cfg = usage_config(ProducerConfig, conf)  # nothing is reached before the options are good
     limit = _topic_limit(topic, cfg)  # fails at once when no broker answers
-    conf.setdefault("batch.size", min(limit or DEFAULT_BATCH_SIZE, MAX_BATCH_SIZE))
+    # A topic created by this first write gets the topic defaults: blocks up to batch.bytes
+    # (the producer caps them by the topic's max_block_bytes once its metadata is known).
+    conf.setdefault("batch.size", min(limit or BatchConfig().max_bytes, MAX_BATCH_SIZE))
     acks = str(conf["acks"])
     producer = Producer(conf)
     latencies: list[float] = []

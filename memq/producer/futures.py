@@ -39,12 +39,15 @@ DeliveryCallback = Callable[[MemqError | None, RecordMetadata], Any]
 class BlockResult:
     """Completion state shared by every record of one block (set once, by the sender)."""
 
-    __slots__ = ("_callbacks", "_done", "_lock", "error", "meta")
+    __slots__ = ("_callbacks", "_done", "_lock", "error", "last_error", "meta")
 
     def __init__(self) -> None:
         self._done = threading.Event()
         self._lock = threading.Lock()
         self.error: MemqError | None = None
+        #: The error of the block's latest failed attempt, while it is still retried: what
+        #: a caller who stops waiting before the delivery timeout is told as the cause.
+        self.last_error: MemqError | None = None
         self.meta: dict[str, Any] = {}
         self._callbacks: list[Callable[[], None]] = []
 
@@ -98,6 +101,12 @@ class BlockResult:
     def wait(self, timeout: float | None) -> bool:
         return self._done.wait(timeout)
 
+    def not_delivered(self, what: str, timeout: float | None) -> RequestTimeoutError:
+        """The error of a caller's wait for ``what`` that ended before the block did."""
+        last = self.last_error
+        cause = f" (last error: {type(last).__name__}: {last})" if last is not None else ""
+        return RequestTimeoutError(f"{what} not delivered within {timeout} s{cause}")
+
     def on_done(self, cb: Callable[[], None]) -> None:
         with self._lock:
             if not self._done.is_set():
@@ -128,7 +137,7 @@ class RecordFuture:
 
     def exception(self, timeout: float | None = None) -> MemqError | None:
         if not self._block.wait(timeout):
-            raise RequestTimeoutError(f"record not delivered within {timeout} s")
+            raise self._block.not_delivered("record", timeout)
         return self._block.error
 
     def result(self, timeout: float | None = None) -> RecordMetadata:
@@ -163,9 +172,7 @@ class BatchFuture:
         for r, _ in self._parts:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             if not r.wait(left):
-                raise RequestTimeoutError(
-                    f"{self.records} records of {self.topic!r} not delivered within {timeout} s"
-                )
+                raise r.not_delivered(f"{self.records} records of {self.topic!r}", timeout)
         return next((r.error for r, _ in self._parts if r.error is not None), None)
 
     def result(self, timeout: float | None = None) -> int:

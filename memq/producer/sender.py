@@ -238,6 +238,7 @@ class Sender:
                 self.finish(block, None, meta)
                 return
             except MemqError as e:
+                block.open.result.last_error = e  # the cause a caller's timeout names
                 self._observe_failure(block.topic, address, e)
                 sticky = address if _may_hold(e) else None
                 causes.setdefault(type(e).__name__, str(e))

@@ -12,6 +12,8 @@ import textwrap
 import time
 from typing import Any
 
+import pytest
+
 from memq.devstack import StackState
 from tests.integration.helpers import read_objects
 
@@ -52,6 +54,16 @@ def test_an_oversized_line_is_one_error_and_the_others_are_sent(
     assert "8388608" in proc.stderr  # the limit it broke
     objs = read_objects(memq_stack.s3_client(), memq_stack.bucket, topic=topic)
     assert sorted(r[2] for o in objs for r in o.records) == sorted([b"first", b"a", big, b"b"])
+
+    # A topic never written before: created by this first write with the topic defaults
+    # (8 MiB blocks), so the 2 MB line fits although no metadata knew the topic yet.
+    fresh = unique_name("fresh")
+    proc = memq(memq_stack, "produce", "--topic", fresh, stdin=b"a\n" + big + b"\nb\n")
+    assert proc.returncode == 0, proc.stderr
+    assert "does not fit" not in proc.stderr
+    got = memq(memq_stack, "consume", "--topic", fresh, "--max", "3", "--timeout", "30")
+    assert got.returncode == 0, got.stderr
+    assert sorted(got.stdout.encode().split(b"\n")[:3]) == sorted([b"a", big, b"b"])
 
 
 def test_dead_brokers_are_named_at_once(memq_stack: StackState) -> None:
@@ -110,23 +122,78 @@ def test_topic_describe_shows_set_settings_and_delete_answers_no(
     assert memq(memq_stack, "topic", "delete", topic, "--yes").returncode == 0
 
 
+@pytest.mark.parametrize("explicit", [False, True], ids=["implicit-brokers", "explicit-brokers"])
 def test_consume_on_the_local_stack_joins_fast_and_says_so(
-    memq_stack: StackState, unique_name: Any
+    memq_stack: StackState, unique_name: Any, explicit: bool
 ) -> None:
     topic = unique_name("join")
     assert memq(memq_stack, "produce", "--topic", topic, "--count", "10").returncode == 0
+    brokers = ("-b", _stack_brokers(memq_stack)) if explicit else ()
     t0 = time.monotonic()
-    # No -X: the CLI passes the short session settings itself on the local stack.
+    # No -X: the consumer takes the short session settings on the local stack, whether
+    # its brokers are named (-b) or found through the state dir.
     # FORCE_COLOR makes stderr a terminal for rich: the "joining group" status shows.
     proc = memq(
         memq_stack, "consume", "--topic", topic, "--group", "memq-cli", "--from-beginning",
-        "--max", "10", FORCE_COLOR="1",
+        "--max", "10", *brokers, FORCE_COLOR="1",
     )  # fmt: skip
     took = time.monotonic() - t0
     assert proc.returncode == 0, proc.stderr
     assert len(proc.stdout.splitlines()) == 10
     assert "joining group 'memq-cli' for topic" in proc.stderr
     assert took < 18, f"consume took {took:.1f} s: the group join used the 45 s session"
+
+
+def test_consume_max_inside_an_object_prints_its_summary_not_a_log_line(
+    memq_stack: StackState, unique_name: Any
+) -> None:
+    topic = unique_name("maxlog")
+    proc = memq(memq_stack, "produce", "--topic", topic, "--count", "300", "--size", "10")
+    assert proc.returncode == 0, proc.stderr
+    group = f"{topic}-g"
+    proc = memq(memq_stack, "consume", "-t", topic, "-g", group, "--max", "10")
+    assert proc.returncode == 0, proc.stderr
+    summary = " ".join(proc.stderr.replace("│", " ").split())
+    # This Kafka drops commit metadata: the summary says what that means for this run...
+    assert "up to the last whole object" in summary, proc.stderr
+    # ...and the consumer's own warning about it is not printed raw beside it.
+    assert "WARNING" not in proc.stderr and "memq.consumer" not in proc.stderr, proc.stderr
+
+
+def _stack_brokers(stack: StackState) -> str:
+    return ",".join(b["endpoint"] for b in stack.extra["brokers"])
+
+
+def test_a_consumer_given_the_stacks_brokers_gets_the_short_group_session(
+    memq_stack: StackState, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The local Kafka assigns partitions about session.timeout.ms / 2 after a join: with
+    # Kafka's 45 s default the README's Consumer example waited ~24 s for its first record.
+    from memq import Consumer
+    from memq.consumer.membership import notification_consumer_conf
+
+    monkeypatch.setenv("MEMQ_STATE_DIR", memq_stack.state_dir)
+    monkeypatch.delenv("MEMQ_BOOTSTRAP", raising=False)
+
+    def group_session(brokers: str, **conf: Any) -> tuple[int, int]:
+        c = Consumer({"bootstrap.servers": brokers, "group.id": "g", **conf})
+        try:
+            kafka = notification_consumer_conf(c.config, memq_stack.kafka_bootstrap)
+            return kafka["session.timeout.ms"], kafka["heartbeat.interval.ms"]
+        finally:
+            c.close()
+
+    stack = _stack_brokers(memq_stack)
+    assert group_session(stack) == (6000, 1000)
+    # What the user sets is kept; the other one stays consistent with it.
+    assert group_session(stack, **{"session.timeout.ms": 20_000}) == (20_000, 1000)
+    assert group_session(stack, **{"session.timeout.ms": 1500}) == (1500, 500)
+    assert group_session(stack, **{"heartbeat.interval.ms": 3000}) == (9000, 3000)
+    # Brokers that are not the local stack's: Kafka's defaults.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        elsewhere = f"127.0.0.1:{s.getsockname()[1]}"
+    assert group_session(elsewhere) == (45_000, 3000)
 
 
 CONSUMER_WITH_BOOTSTRAP = textwrap.dedent(
