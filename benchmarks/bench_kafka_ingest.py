@@ -20,13 +20,9 @@ acknowledged (benchlib.cpu_seconds).
   (a16) the same with ``kafka_listener.partitions: 16`` (what docs/ingest.md recommends
       for Kafka-port topics: a MemQ partition is only a routing label, and librdkafka's
       idempotent producer keeps one request in flight per partition);
-  (a16n4) the same with ``kafka_listener.nodes: 4``: the 16 partitions' leaders spread
-      over 4 node ids of this one broker, so librdkafka opens 4 connections, each with its
-      own 5 requests in flight;
   (b) the local Kafka-protocol broker (Tansu) itself, topic with the same 4 partitions.
 
-``ratio_MBps`` is (a) / (b); ``ratio_MBps_16p`` is (a16) / (b); ``ratio_MBps_16p_4nodes``
-is (a16n4) / (b).
+``ratio_MBps`` is (a) / (b); ``ratio_MBps_16p`` is (a16) / (b).
 
 Writes ``benchmarks/results/kafka_ingest.json``.
 
@@ -66,14 +62,11 @@ PRODUCER = {
 VARIANTS = (
     "memq_kafka_listener",
     "memq_kafka_listener_16p",
-    "memq_kafka_listener_16p_4nodes",
     "kafka_direct",
 )
 
 
-def broker_cfg(
-    state: Any, batch_ms: int, partitions: int | None = None, nodes: int = 1
-) -> dict[str, Any]:
+def broker_cfg(state: Any, batch_ms: int, partitions: int | None = None) -> dict[str, Any]:
     return {
         "broker_id": "bench-kafka-listener",
         "cluster": "bench",
@@ -81,7 +74,6 @@ def broker_cfg(
         "http_port": 0,
         "kafka_listener": {
             "port": 0,
-            "nodes": nodes,
             **({"partitions": partitions} if partitions else {}),
         },
         "upload_threads": 8,
@@ -201,13 +193,12 @@ def _memq(
     partitions: int | None,
     warmup: float,
     seconds: float,
-    nodes: int = 1,
 ) -> Any:
-    cfg = broker_cfg(state, batch_ms, partitions, nodes)
-    name = f"bench-kafka-listener-{partitions}-{nodes}"
+    cfg = broker_cfg(state, batch_ms, partitions)
+    name = f"bench-kafka-listener-{partitions}"
     with benchlib.broker_process(state, name, cfg) as info:
-        eprint(f"MemQ Kafka listener {info['kafka']} ({partitions or PARTITIONS} partitions, "
-               f"{nodes} node ids): {seconds:.0f} s window")  # fmt: skip
+        eprint(f"MemQ Kafka listener {info['kafka']} ({partitions or PARTITIONS} partitions): "
+               f"{seconds:.0f} s window")  # fmt: skip
         others = {"s3": state.services["s3"].pid, "kafka": state.services["kafka"].pid}
         result = drive(info["kafka"], "bench-kafka-ingest", info["pid"], warmup, seconds, others)
         sealed = _sealed_by_trigger(info["http"])
@@ -235,7 +226,6 @@ def run(seconds: float, warmup: float, batch_ms: int) -> dict[str, Any]:
         tansu_pid = kafka.process.pid if kafka.process is not None else None
         memq = _memq(state, batch_ms, None, warmup, seconds)
         memq16 = _memq(state, batch_ms, 16, warmup, seconds)
-        memq16n4 = _memq(state, batch_ms, 16, warmup, seconds, nodes=4)
         topic = "bench-kafka-ingest-direct"
         ensure_topic(state.kafka_bootstrap, topic, PARTITIONS)
         eprint(f"Kafka-protocol broker {state.kafka_bootstrap}: {seconds:.0f} s window")
@@ -248,13 +238,9 @@ def run(seconds: float, warmup: float, batch_ms: int) -> dict[str, Any]:
         "producer": PRODUCER,
         "memq_kafka_listener": memq,
         "memq_kafka_listener_16p": memq16,
-        "memq_kafka_listener_16p_4nodes": memq16n4,
         "kafka_direct": direct,
         "ratio_MBps": round(memq["MBps"] / direct["MBps"], 2) if direct["MBps"] else None,
         "ratio_MBps_16p": round(memq16["MBps"] / direct["MBps"], 2) if direct["MBps"] else None,
-        "ratio_MBps_16p_4nodes": (
-            round(memq16n4["MBps"] / direct["MBps"], 2) if direct["MBps"] else None
-        ),
     }
 
 
@@ -271,8 +257,7 @@ def print_table(doc: dict[str, Any]) -> None:
         by = doc[name].get("cpu_s_per_GiB_by_process") or {}
         print(f"{name:31} other processes, CPU s/GiB: "
               + ", ".join(f"{k} {v:.2f}" for k, v in by.items()))  # fmt: skip
-    print(f"MemQ / direct throughput: {doc['ratio_MBps']} (16 partitions: {doc['ratio_MBps_16p']}; "
-          f"16 partitions on 4 node ids: {doc['ratio_MBps_16p_4nodes']})")  # fmt: skip
+    print(f"MemQ / direct throughput: {doc['ratio_MBps']} (16 partitions: {doc['ratio_MBps_16p']})")
 
 
 def main(argv: list[str] | None = None) -> int:

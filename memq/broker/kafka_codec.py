@@ -258,11 +258,9 @@ def _shape(schema: Any, doc: Any) -> tuple[Any, ...]:
     return tuple(out)
 
 
-def node_id(broker_id: str, slot: int = 0) -> int:
-    """A MemQ broker id as a Kafka node id (int32 >= 0, stable: a hash of the id); slot
-    ``n > 0`` is the broker's n-th additional node id (``kafka_listener.nodes``)."""
-    name = broker_id if slot == 0 else f"{broker_id}#{slot}"
-    return crc32(name.encode("utf-8")) & 0x7FFFFFFF
+def node_id(broker_id: str) -> int:
+    """A MemQ broker id as a Kafka node id (int32 >= 0, stable: a hash of the id)."""
+    return crc32(broker_id.encode("utf-8")) & 0x7FFFFFFF
 
 
 def encode_response(correlation_id: int, response: Any) -> bytes:

@@ -18,11 +18,10 @@ share (producer ids, offsets) and Metadata:
   ``acks=1``: the block is in the open batch; ``acks=-1``: the batch object is in storage
   and its notification acknowledged. Base offsets are a per-partition counter of this
   broker (MemQ has no partition log).
-- **Node ids**: a broker shows ``kafka_listener.nodes`` node ids (same host and port)
-  and spreads a topic's partitions over them, so a client opens that many connections
-  to it. A Kafka client keeps at most 5 Produce requests in flight per connection (with
-  idempotence), each waiting ``batch.ms`` + upload for ``acks=-1``: the bytes in flight,
-  and so the throughput of one producer, grow with the connections.
+- **Node ids**: one per broker, with its own address: kafkajs (2.x) keys brokers by
+  host and port, and with two node ids on one address it sent only one node's
+  partitions yet reported every record sent (an earlier ``kafka_listener.nodes`` did
+  this; it also raised no throughput, see docs/performance.md).
 - **Idempotence**: a batch of an idempotent producer becomes block id
   ``(producer id, epoch, partition << 32 | base sequence)``, so a retry that reaches the
   same writer is answered from the processor's dedup window (and consumers drop any
@@ -253,16 +252,14 @@ class KafkaListener:
                 continue
             parts = []
             for p in range(self.partitions(name)):
-                # Round-robin over the writers, then over each writer's node ids.
-                slot = (p // len(leaders)) % self.config.nodes
-                leader = node_id(leaders[p % len(leaders)], slot)
+                leader = node_id(leaders[p % len(leaders)])  # round robin over the writers
                 parts.append({"error_code": 0, "partition": p, "leader": leader,
                               "leader_epoch": 0, "replicas": [leader], "isr": [leader],
                               "offline_replicas": []})  # fmt: skip
             docs.append(_topic_doc(name, KafkaError.NONE, parts))
         doc = {
             "throttle_time_ms": 0,
-            "brokers": [_broker_doc(b, n) for b in brokers for n in range(self.config.nodes)],
+            "brokers": [_broker_doc(b) for b in brokers],
             "cluster_id": server.config.cluster,
             "controller_id": node_id(server.config.broker_id),
             "topics": docs,
@@ -288,8 +285,6 @@ def _topic_doc(name: str, error: int, partitions: list[dict[str, Any]] | None = 
             "partitions": partitions or [], "topic_authorized_operations": _OPS_OMITTED}  # fmt: skip
 
 
-def _broker_doc(b: BrokerInfo, slot: int) -> dict[str, Any]:
-    """One of a broker's node ids: each has the same address, a client connects to
-    each separately (more requests in flight to one broker)."""
-    return {"node_id": node_id(b.id, slot), "host": b.host, "port": b.kafka_port,
+def _broker_doc(b: BrokerInfo) -> dict[str, Any]:
+    return {"node_id": node_id(b.id), "host": b.host, "port": b.kafka_port,
             "rack": b.rack}  # fmt: skip

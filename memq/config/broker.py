@@ -51,13 +51,6 @@ class KafkaListenerConfig(FrozenModel):
     partitions: int | None = Field(default=None, ge=1, le=10_000)
     #: Use the broker's ``tls`` section on this port too (when the broker has one).
     tls: bool = True
-    #: Kafka node ids this broker shows in Metadata, a topic's partitions spread over
-    #: them: a client opens one connection per node id, so this many connections to
-    #: this broker. Kafka clients keep at most 5 requests in flight per connection (with
-    #: idempotence) and every ``acks=all`` request waits for its batch to be sealed and
-    #: stored, so more connections mean more bytes in flight (docs/ingest.md). Opt-in:
-    #: kafkajs (2.x) loses records with more than one (its test fails), librdkafka is fine.
-    nodes: int = Field(default=1, ge=1, le=64)
 
 
 def _hostname() -> str:

@@ -1523,7 +1523,7 @@ def test_the_guides_secure_install_renders_and_its_certificate_names_the_service
 # --- Kafka-protocol listener ----------------------------------------------------------------
 
 KAFKA_LISTENER: dict[str, Any] = {
-    "broker": {"kafkaListener": {"enabled": True, "port": 9095, "partitions": 16, "nodes": 2}}
+    "broker": {"kafkaListener": {"enabled": True, "port": 9095, "partitions": 16}}
 }
 
 
@@ -1544,7 +1544,7 @@ def test_kafka_listener_port_is_exposed_and_configured_only_when_enabled(release
     ]
     listener = broker_config(on).kafka_listener
     assert listener is not None
-    assert (listener.port, listener.tls, listener.nodes, listener.partitions) == (9095, True, 2, 16)
+    assert (listener.port, listener.tls, listener.partitions) == (9095, True, 16)
     assert f"bootstrap.servers {FULLNAME}.{NAMESPACE}.svc.cluster.local:9095" in on.notes
     assert "security.protocol PLAINTEXT" in on.notes
 
@@ -1592,8 +1592,8 @@ def test_kafka_listener_misconfigurations_fail_the_render(values, message):
 
 def test_schema_rejects_bad_kafka_listener_values():
     with pytest.raises(helm_python.HelmValuesError) as err:
-        render({"broker": {"kafkaListener": {"enabled": True, "nodes": 0}}})
-    assert "at '/broker/kafkaListener/nodes'" in str(err.value)
+        render({"broker": {"kafkaListener": {"enabled": True, "partitions": 0}}})
+    assert "at '/broker/kafkaListener/partitions'" in str(err.value)
     # The listener is set through broker.kafkaListener (which opens the ports), never raw.
     with pytest.raises(helm_python.HelmValuesError) as err:
         render({"broker": {"config": {"kafka_listener": {"port": 9094}}}})

@@ -169,7 +169,7 @@ the environment: MEMQ__BROKER_ID, MEMQ__ADVERTISED_HOST (and MEMQ__RACK when set
 {{- end -}}
 {{- $kl := $v.broker.kafkaListener -}}
 {{- if $kl.enabled -}}
-{{- $listener := dict "port" (int $kl.port) "tls" $kl.tls "nodes" (int $kl.nodes) -}}
+{{- $listener := dict "port" (int $kl.port) "tls" $kl.tls -}}
 {{- with $kl.partitions }}{{ $_ := set $listener "partitions" (int .) }}{{ end -}}
 {{- $_ := set $fixed "kafka_listener" $listener -}}
 {{- end -}}
