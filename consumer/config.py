@@ -31,9 +31,12 @@ class ConsumerConfig(AuditedClientConfig):
     enable_auto_commit: bool = Field(default=True, alias="enable.auto.commit")
     #: How often poll()/consume() commit with enable.auto.commit.
     auto_commit_interval_ms: int = Field(default=5000, ge=100, alias="auto.commit.interval.ms")
-    #: Kafka group session timeout (a dead member is noticed after this long).
+    #: Kafka group session timeout (a dead member is noticed after this long). Against
+    #: the local dev stack 6000 unless set (its Kafka assigns partitions about half of it
+    #: after a join).
     session_timeout_ms: int = Field(default=45_000, ge=1000, alias="session.timeout.ms")
-    #: Kafka group heartbeat period (below a third of session.timeout.ms).
+    #: Kafka group heartbeat period (below a third of session.timeout.ms; 1000 against
+    #: the local dev stack unless set).
     heartbeat_interval_ms: int = Field(default=3000, ge=100, alias="heartbeat.interval.ms")
     #: Objects fetched ahead of the application (concurrently).
     prefetch_objects: int = Field(default=8, ge=1, le=1024, alias="prefetch.objects")
