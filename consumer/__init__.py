@@ -4,8 +4,9 @@
 """
 
 from memq.consumer.config import ConsumerConfig
-from memq.consumer.consumer import Consumer, Lag
+from memq.consumer.consumer import Consumer
 from memq.consumer.expiry import ObjectExpiredError
 from memq.consumer.message import Message, MessageId
+from memq.consumer.positions import Lag
 
 __all__ = ["Consumer", "ConsumerConfig", "Lag", "Message", "MessageId", "ObjectExpiredError"]

@@ -16,10 +16,8 @@ Use it from one thread (like a Kafka consumer); the fetch pool works in the back
 
 from __future__ import annotations
 
-import logging
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, TypeVar
 
 from memq.audit.client import ClientAudit
 from memq.client.bootstrap import resolve_client
@@ -27,54 +25,29 @@ from memq.client.stats import StatsCollector, split_stats_cb, stats_ticker
 from memq.consumer.auditing import audit_object
 from memq.consumer.config import ConsumerConfig
 from memq.consumer.connect import Connector, KafkaConnector
-from memq.consumer.expiry import oldest_present
+from memq.consumer.delivery import Delivery
 from memq.consumer.fetcher import Start
 from memq.consumer.handout import Current, Deduplicator
 from memq.consumer.membership import Membership, Where
 from memq.consumer.message import Chunk, Message, MessageId, RecordBatch
 from memq.consumer.notifications import GroupMember
 from memq.consumer.offsets import GroupOffsets
-from memq.consumer.prefetch import Pending, Prefetcher
+from memq.consumer.pending import Pending
+from memq.consumer.positions import Lag, gauges, measure_lag, oldest_retained
+from memq.consumer.prefetch import Prefetcher
 from memq.consumer.seeking import Probe, Seeker, first_offset_at
-from memq.consumer.stats import ConsumerStats, Gauges, stats_dict
+from memq.consumer.session import LOCAL_GROUP_SESSION, local_group_session
+from memq.consumer.stats import ConsumerStats, stats_dict
 from memq.consumer.topics import Topics
 from memq.errors import ClientClosedError, ConfigError, MemqError
 from memq.formats.notification import Notification
 
 __all__ = ["LOCAL_GROUP_SESSION", "Consumer", "Lag", "local_group_session"]
 
-log = logging.getLogger(__name__)
-
 TP = tuple[str, int]  # (notification topic, partition)
 V = TypeVar("V")
 SkipCallback = Callable[[Notification, MemqError], Any]
 PartitionsCallback = Callable[[list[tuple[str, int]]], Any]
-
-
-#: (session.timeout.ms, heartbeat.interval.ms) on the local stack unless set: its Kafka
-#: assigns partitions about session.timeout.ms / 2 after a join (23 s with the default 45 s).
-LOCAL_GROUP_SESSION = (6000, 1000)
-
-
-def local_group_session(cfg: ConsumerConfig) -> ConsumerConfig:
-    """``cfg`` with the local stack's short group session where the user set none."""
-    given = cfg.model_fields_set
-    session, heartbeat = LOCAL_GROUP_SESSION
-    update: dict[str, int] = {}
-    if "session_timeout_ms" not in given:
-        hb = cfg.heartbeat_interval_ms if "heartbeat_interval_ms" in given else heartbeat
-        update["session_timeout_ms"] = max(session, 3 * hb)
-    if "heartbeat_interval_ms" not in given:
-        update["heartbeat_interval_ms"] = min(heartbeat, cfg.session_timeout_ms // 3)
-    return cfg.model_copy(update=update) if update else cfg
-
-
-class Lag(NamedTuple):
-    """How far a consumer is behind: notifications (objects) and an estimate of records."""
-
-    notifications: int
-    records_estimate: int
-    partitions: dict[tuple[str, int], int]
 
 
 class Consumer:
@@ -146,6 +119,9 @@ class Consumer:
             audit=self._audit is not None,
             dedup=self._dedup,
             retention=lambda t: self._topics[t].meta.retention_ms,
+        )
+        self._delivery = Delivery(
+            self._prefetch, self._seeker, lambda: self._source, self._object_done
         )
         self._members = Membership(
             cfg,
@@ -235,18 +211,7 @@ class Consumer:
 
     def _partial(self) -> dict[TP, tuple[int, int, int]]:
         """Per partition with an object in progress: its offset and next record's position."""
-        out: dict[TP, tuple[int, int, int]] = {}
-        for cur in self._prefetch.in_progress():
-            nxt = cur.next_position()
-            if nxt is not None:
-                out[cur.pending.tp] = (cur.pending.offset, *nxt)
-        return out
-
-    def _pull(self, timeout: float) -> None:
-        """Poll notifications (serving rebalances); prefetch as many objects as allowed."""
-        assert self._source is not None
-        self._seeker.apply_pending()
-        self._prefetch.fill(self._source, timeout, stale=self._seeker.is_pending)
+        return self._delivery.partial()
 
     def _skipped(self, note: Notification, err: MemqError) -> None:
         if self.on_skip is not None:
@@ -273,33 +238,6 @@ class Consumer:
         if self._audit is None:
             return {"audit_emitted": 0, "audit_delivered": 0, "audit_dropped": 0}
         return self._audit.stats()
-
-    def _next_object(self, deadline: float | None) -> bool:
-        """Make the next object current; False if none became ready before ``deadline``."""
-        assert self._source is not None
-        prefetch = self._prefetch
-        while True:
-            if prefetch.unpark():  # an object of a partition paused midway, resumed
-                return True
-            self._pull(0.0 if prefetch.has_head() else (self._remaining(deadline, cap=0.5) or 0.0))
-            if not prefetch.has_head():
-                if deadline is not None and time.monotonic() >= deadline:
-                    return False
-                continue
-            head = prefetch.take(self._remaining(deadline, cap=None))
-            if head is None:
-                return False
-            if prefetch.current is None:  # skipped, or nothing at or after its start
-                self._object_done(head)
-                continue
-            return True
-
-    @staticmethod
-    def _remaining(deadline: float | None, cap: float | None) -> float | None:
-        if deadline is None:
-            return cap
-        left = max(0.0, deadline - time.monotonic())
-        return left if cap is None else min(left, cap)
 
     def consume(self, num_messages: int = 1, timeout: float | None = None) -> list[Message]:
         """Up to ``num_messages`` records, waiting at most ``timeout`` seconds (None: forever)."""
@@ -338,29 +276,7 @@ class Consumer:
         self._check_open()
         if self._members.mode is None:
             raise MemqError("subscribe() to a topic, or assign() partitions, before consuming")
-        deadline = None if timeout is None else time.monotonic() + timeout
-        got = 0
-        while got < limit:
-            cur = self._prefetch.current
-            if cur is not None:
-                got += take(cur, limit - got)
-                if cur.exhausted:
-                    self._object_done(cur.pending)
-                    self._prefetch.current = None
-                continue
-            ready = self._prefetch.head_ready()
-            if got and not ready:
-                break
-            try:
-                if not self._next_object(deadline if not got else time.monotonic()):
-                    break
-            except MemqError:
-                if not got:
-                    raise
-                # Records already taken from earlier objects are handed out now (their
-                # objects are done and may be committed); the failed object stays at the
-                # head, is re-fetched, and its error (if it persists) comes next call.
-                break
+        got = self._delivery.hand_out(limit, timeout, take)
         self.stats.records += got
         self._offsets.maybe_auto_commit()
         return got
@@ -413,7 +329,7 @@ class Consumer:
         )
 
     def _in_progress(self) -> dict[TP, int]:
-        return {c.pending.tp: c.pending.offset for c in self._prefetch.in_progress()}
+        return self._delivery.in_progress()
 
     def position(self) -> dict[tuple[str, int], int | None]:
         """Per assigned partition, the notification offset of the next object to finish."""
@@ -481,24 +397,7 @@ class Consumer:
     def _beginning(self, tp: TP) -> int:
         """The oldest notification of ``tp`` whose object was not deleted by retention."""
         assert self._probe is not None
-        probe, topic = self._probe, self._topics[tp[0]]
-
-        def exists(note: Notification) -> bool:
-            try:
-                return topic.reader.exists(note.bucket, note.key)
-            except MemqError as e:  # cannot tell: not known to be gone
-                log.info("checking %s failed: %s", note.key, e)
-                return True
-
-        low, high = probe.watermarks(*tp)
-        return oldest_present(
-            low,
-            high,
-            read=lambda offset: probe.read(tp[0], tp[1], offset),
-            exists=exists,
-            retention_ms=topic.meta.retention_ms,
-            now_ms=int(time.time() * 1000),
-        )
+        return oldest_retained(self._probe, self._topics[tp[0]], tp)
 
     def seek(self, message_id: MessageId | str, topic: str | None = None) -> None:
         """Re-read from this record on (its object is range-read from that block)."""
@@ -543,42 +442,26 @@ class Consumer:
         from the record counts of recent notifications)."""
         if self._source is None or self._probe is None:
             raise MemqError("subscribe() to a topic, or assign() partitions, first")
-        parts: dict[tuple[str, int], int] = {}
         position = self.position()
         committed = self.committed() if self.config.group_id is not None else {}
-        for tp in self._source.assignment():
-            low, high = self._probe.watermarks(*tp)
-            name = (self._topics[tp[0]].name, tp[1])
-            pos = position.get(name)
-            if pos is None:
-                pos = committed.get(name) or low
-            parts[name] = max(0, high - pos)
-        counts = self.stats.record_counts
-        avg = sum(counts) / len(counts) if counts else 0
-        total = sum(parts.values())
-        return Lag(total, round(total * avg), parts)
+        return measure_lag(
+            self._source.assignment(),
+            self._probe.watermarks,
+            lambda t: self._topics[t].name,
+            position,
+            committed,
+            self.stats.record_counts,
+        )
 
     # --- statistics -------------------------------------------------------------------
-
-    def _gauges(self) -> Gauges:
-        queued, queued_bytes, backlog = self._prefetch.depth()
-        source = self._source
-        assigned, lag = 0, None
-        if source is not None:
-            try:  # no requests: librdkafka's last high watermarks (may run on another thread)
-                assigned = len(source.assignment())
-                highs = source.high_watermarks()
-                known = self._offsets.known_positions(self._in_progress())
-                behind = [max(0, h - known[tp]) for tp, h in highs.items() if tp in known]
-                lag = sum(behind) if behind else None
-            except Exception as e:  # closing, or not known yet
-                log.debug("consumer gauges: %s", e)
-        return Gauges(queued, queued_bytes, backlog, assigned, len(self._prefetch.paused), lag)
 
     def stats_dict(self) -> dict[str, Any]:
         """Every counter and gauge as a plain dict (keys in docs/clients.md, "Consumer
         keys"): what ``stats_cb`` and :meth:`prometheus_collector` report."""
-        return stats_dict(self.stats, self._gauges(), self.audit_stats())
+        gauge = gauges(
+            self._prefetch, self._source, lambda: self._offsets.known_positions(self._in_progress())
+        )
+        return stats_dict(self.stats, gauge, self.audit_stats())
 
     def prometheus_collector(self) -> StatsCollector:
         """A Prometheus collector of :meth:`stats_dict` (``memq_consumer_<key>`` gauges):

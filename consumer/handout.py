@@ -16,16 +16,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import chain
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from memq.consumer.config import ConsumerConfig
 from memq.consumer.dedup import BlockId, DedupWindow, Verdict
 from memq.consumer.fetcher import BlockSpan
 from memq.consumer.message import Chunk, Message, Records
+from memq.consumer.pending import Pending
 from memq.formats.gcpause import gc_paused
-
-if TYPE_CHECKING:
-    from memq.consumer.prefetch import Pending
 
 __all__ = ["Admitted", "Current", "DedupStats", "Deduplicator", "Tracked"]
 

@@ -31,15 +31,15 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
 from typing import Protocol
 
 from memq.consumer.config import ConsumerConfig
 from memq.consumer.expiry import expired_error, is_expired
-from memq.consumer.fetcher import BlockAudit, FetchedObject, Start, fetch_object
+from memq.consumer.fetcher import FetchedObject, Start, fetch_object
 from memq.consumer.handout import Current, Deduplicator
 from memq.consumer.message import Message
 from memq.consumer.notifications import Polled
+from memq.consumer.pending import Pending
 from memq.consumer.stats import ConsumerStats
 from memq.errors import (
     CorruptObjectError,
@@ -67,28 +67,6 @@ class Feed(Protocol):
     def pause(self) -> None: ...
 
     def resume(self) -> None: ...
-
-
-@dataclass(eq=False)
-class Pending:
-    """An object in the queue: its notification and its (running or finished) fetch.
-
-    ``notification`` is None for a notification that did not decode (``error`` says why).
-    """
-
-    tp: TP
-    offset: int
-    notification: Notification | None
-    start: Start | None
-    future: Future[FetchedObject] | None
-    #: Audit of its blocks handed out, and of the copies dedup dropped (set when taken).
-    blocks: list[BlockAudit] = field(default_factory=list)
-    copies: list[BlockAudit] = field(default_factory=list)
-    error: MemqFormatError | None = None
-
-    @property
-    def size(self) -> int:
-        return self.notification.size if self.notification is not None else 0
 
 
 class Prefetcher:

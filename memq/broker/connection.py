@@ -16,11 +16,14 @@ import functools
 import logging
 import time
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import msgpack
 from pydantic import BaseModel
 
+from memq.acl import AclTable
+from memq.broker.cluster import AdminResponse
+from memq.broker.host import BrokerHost
 from memq.errors import (
     AuthenticationError,
     ChecksumError,
@@ -46,6 +49,7 @@ from memq.formats.frames import (
 from memq.protocol import (
     ADMIN_REQUESTS,
     Ack,
+    AdminRequest,
     AuthResult,
     ClusterMetadata,
     MetadataRequest,
@@ -59,10 +63,9 @@ from memq.protocol import (
 from memq.security import peer_principal, verify_token
 
 if TYPE_CHECKING:
-    from memq.broker.server import BrokerServer
     from memq.storage_handlers.base import StoredObject
 
-__all__ = ["BrokerConnection", "error_kind"]
+__all__ = ["BrokerConnection", "ConnectionHost", "error_kind"]
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +88,24 @@ def error_kind(status: StatusCode) -> str:
     return _KINDS.get(status, "other")
 
 
+class ConnectionHost(BrokerHost, Protocol):
+    """The broker server, as a client connection sees it (a ``BrokerServer``)."""
+
+    @property
+    def connections(self) -> set[BrokerConnection]:
+        """The open client connections (each adds and removes itself)."""
+        ...
+
+    @property
+    def acls(self) -> AclTable: ...
+
+    def metadata(self, req: MetadataRequest) -> ClusterMetadata: ...
+
+    async def admin(self, req: AdminRequest) -> AdminResponse: ...
+
+
 class BrokerConnection(asyncio.BufferedProtocol):
-    def __init__(self, server: BrokerServer) -> None:
+    def __init__(self, server: ConnectionHost) -> None:
         self.server = server
         cfg = server.config
         self.receiver = FrameReceiver(cfg.max_frame_bytes)

@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import ssl
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Collection, Mapping
+from typing import Any, Protocol
 
 import msgpack
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from memq.broker.host import BrokerHost
 from memq.broker.ingest import OPENAPI, http_status, idempotent_id, parse_records
+from memq.broker.processor import TopicProcessor
 from memq.errors import (
     AuthenticationError,
     InvalidRequestError,
@@ -27,10 +31,39 @@ from memq.formats.keys import validate_name
 from memq.protocol import Ack, WriteAck, parse_ack
 from memq.security import peer_principal, verify_token
 
-if TYPE_CHECKING:
-    from memq.broker.server import BrokerServer
+__all__ = ["HttpHost", "start_http"]
 
-__all__ = ["start_http"]
+
+class HttpHost(BrokerHost, Protocol):
+    """The broker server, as its HTTP side port sees it (a ``BrokerServer``)."""
+
+    @property
+    def address(self) -> str: ...
+
+    @property
+    def ready(self) -> bool:
+        """Started, and not draining."""
+        ...
+
+    @property
+    def connections(self) -> Collection[object]:
+        """The open client connections (counted in ``/status``)."""
+        ...
+
+    @property
+    def processors(self) -> Mapping[str, TopicProcessor]:
+        """The topics this broker writes, by name."""
+        ...
+
+    @property
+    def ssl_context(self) -> ssl.SSLContext | None: ...
+
+    @property
+    def http_producer_id(self) -> int:
+        """The producer id of blocks ingested without an Idempotency-Key."""
+        ...
+
+    def next_http_sequence(self) -> int: ...
 
 
 def check_bearer(req: web.Request, secret: bytes | None) -> web.Response | None:
@@ -51,7 +84,7 @@ def check_bearer(req: web.Request, secret: bytes | None) -> web.Response | None:
     return None
 
 
-def _app(server: BrokerServer) -> web.Application:
+def _app(server: HttpHost) -> web.Application:
     async def metrics(_req: web.Request) -> web.Response:
         # Off the event loop: with 1,000 topics one scrape takes ~0.75 s of CPU, which
         # stalled every connection of the broker for that long (bench_topics' PING).
@@ -180,7 +213,7 @@ def _app(server: BrokerServer) -> web.Application:
     return app
 
 
-async def start_http(server: BrokerServer, host: str, port: int) -> tuple[web.AppRunner, int]:
+async def start_http(server: HttpHost, host: str, port: int) -> tuple[web.AppRunner, int]:
     runner = web.AppRunner(_app(server), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port, reuse_address=True, ssl_context=server.ssl_context)

@@ -13,8 +13,9 @@ import struct
 import time
 from collections import deque
 from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from memq.broker.host import Flow, KafkaHost
 from memq.broker.kafka_codec import (
     API_NAMES,
     API_VERSIONS,
@@ -37,9 +38,6 @@ from memq.broker.kafka_codec import (
 from memq.errors import AuthenticationError, MemqError, MessageTooLargeError
 from memq.formats.block import encode_block, verify_block
 from memq.security import peer_principal, verify_token
-
-if TYPE_CHECKING:
-    from memq.broker.kafka_listener import Flow, KafkaListener
 
 __all__ = ["MAX_IN_FLIGHT", "KafkaConnection"]
 
@@ -87,7 +85,7 @@ class KafkaConnection:
     """One client connection: requests handled in order, responses written in order."""
 
     def __init__(
-        self, listener: KafkaListener, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self, listener: KafkaHost, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         self.listener = listener
         self.server = listener.server

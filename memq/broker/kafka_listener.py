@@ -37,11 +37,14 @@ import asyncio
 import itertools
 import logging
 import random
+import ssl
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from memq.acl import AclTable
+from memq.broker.cluster import ClusterView
+from memq.broker.host import BrokerHost, Flow
 from memq.broker.kafka_codec import (
     ADVERTISED_ONLY,
     METADATA,
@@ -54,15 +57,12 @@ from memq.broker.kafka_codec import (
     node_id,
 )
 from memq.broker.kafka_connection import KafkaConnection
+from memq.broker.processor import Batch, TopicProcessor
 from memq.errors import MemqError, NotWriterError
 from memq.formats.keys import validate_name
+from memq.protocol import BrokerInfo
 
-if TYPE_CHECKING:
-    from memq.broker.processor import Batch, TopicProcessor
-    from memq.broker.server import BrokerServer
-    from memq.protocol import BrokerInfo
-
-__all__ = ["KafkaListener"]
+__all__ = ["KafkaListener", "ListenerHost"]
 
 log = logging.getLogger(__name__)
 
@@ -74,22 +74,23 @@ _OFFSET_MEMORY = 65536
 _FLOW_IDLE_S = 1.0
 
 
-@dataclass(slots=True)
-class Flow:
-    """One connection's writes to one partition of a topic."""
+class ListenerHost(BrokerHost, Protocol):
+    """The broker server, as its Kafka listener sees it (a ``BrokerServer``)."""
 
-    seen: float
-    #: ``acks=-1`` requests not answered yet.
-    outstanding: int = 0
-    #: Sent a request while another was outstanding (or writes with ``acks`` 0/1): it
-    #: may send more before an answer, so a batch is never sealed early on its account.
-    pipelines: bool = False
+    @property
+    def view(self) -> ClusterView: ...
+
+    @property
+    def acls(self) -> AclTable: ...
+
+    @property
+    def ssl_context(self) -> ssl.SSLContext | None: ...
 
 
 class KafkaListener:
     """The Kafka port of one broker: its connections, producer ids and offsets."""
 
-    def __init__(self, server: BrokerServer) -> None:
+    def __init__(self, server: ListenerHost) -> None:
         cfg = server.config.kafka_listener
         assert cfg is not None
         self.server = server
