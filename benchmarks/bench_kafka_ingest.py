@@ -105,7 +105,7 @@ def drive(
 ) -> dict[str, Any]:
     """One producer thread keeps the client buffer full; figures over the window.
     ``others``: more processes whose CPU seconds per GiB to report (this client, S3...)."""
-    procs = {"client": os.getpid(), **{k: v for k, v in (others or {}).items() if v}}
+    procs: dict[str, int | None] = {"client": os.getpid(), **(others or {})}
     cpu_others0: dict[str, float] = {}
     from confluent_kafka import Producer
 
@@ -150,7 +150,7 @@ def drive(
         if not state["measuring"] and now >= t_start:
             state["measuring"] = True
             cpu0 = benchlib.cpu_seconds(pid) if pid else None
-            cpu_others0 = {k: benchlib.cpu_seconds(v) for k, v in procs.items()}
+            cpu_others0 = benchlib.cpu_now(procs)
             w0 = now
         if now >= t_end:
             break
@@ -165,7 +165,8 @@ def drive(
     window = time.monotonic() - w0
     state["measuring"] = False
     cpu = benchlib.cpu_seconds(pid) - cpu0 if pid and cpu0 is not None else None
-    cpu_others = {k: benchlib.cpu_seconds(procs[k]) - v for k, v in cpu_others0.items()}
+    cpu_end = benchlib.cpu_now(procs)
+    cpu_others = {k: cpu_end[k] - v for k, v in cpu_others0.items() if k in cpu_end}
     left = p.flush(120)
     acked_bytes = state["acked"] * RECORD
     return {

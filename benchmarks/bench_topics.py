@@ -30,7 +30,6 @@ rate; ``--storage s3`` uses the local S3). Writes ``benchmarks/results/topics.js
 from __future__ import annotations
 
 import argparse
-import contextlib
 import multiprocessing as mp
 import os
 import sys
@@ -112,17 +111,6 @@ def mean_ms(a: dict[str, float], b: dict[str, float], metric: str, who: str) -> 
     n = b.get(f"{metric}_count:{who}", 0.0) - a.get(f"{metric}_count:{who}", 0.0)
     total = b.get(f"{metric}_sum:{who}", 0.0) - a.get(f"{metric}_sum:{who}", 0.0)
     return round(total / n * 1000, 1) if n else None
-
-
-def cpu_now(pids: dict[str, int | None]) -> dict[str, float]:
-    """CPU seconds so far of each named process (the ones that still exist)."""
-    out = {}
-    for name, pid in pids.items():
-        if pid is None:
-            continue
-        with contextlib.suppress(OSError):
-            out[name] = benchlib.cpu_seconds(pid)
-    return out
 
 
 def ping_probe(boot: str, stop: threading.Event, rtts: list[float]) -> None:
@@ -228,7 +216,7 @@ def run_one(
         while time.monotonic() < t_start + seconds:
             measuring = time.monotonic() >= t_start
             if measuring and not cpu0:
-                cpu0 = cpu_now(procs)
+                cpu0 = benchlib.cpu_now(procs)
                 pinger.start()
             for name in names:  # one record per trickle topic per second
                 p.produce(name, b"x" * 100, on_delivery=cb if measuring else None)
@@ -236,7 +224,7 @@ def run_one(
                 rss.append(rss_bytes(pid))
             tick += 1.0
             time.sleep(max(0.0, tick - time.monotonic()))  # the trickle's pace
-        cpu1 = cpu_now(procs)
+        cpu1 = benchlib.cpu_now(procs)
         stop_ping.set()
         pinger.join(30)
         stats1 = notify_stats(b["http"])

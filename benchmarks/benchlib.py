@@ -141,6 +141,17 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / ticks
 
 
+def cpu_now(pids: dict[str, int | None]) -> dict[str, float]:
+    """CPU seconds so far of each named process (the ones that still exist)."""
+    out = {}
+    for name, pid in pids.items():
+        if pid is None:
+            continue
+        with suppress(OSError):
+            out[name] = cpu_seconds(pid)
+    return out
+
+
 def peak_rss_bytes(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
