@@ -45,7 +45,7 @@ def points(quick: bool) -> list[dict[str, Any]]:
             {"sweep": "batch.bytes", "ms": 2_000, "bytes": 128 << 10},
         ]
     return [
-        *({"sweep": "batch.ms", "ms": ms, "bytes": 8 << 20} for ms in (100, 300, 1000, 3000)),
+        *({"sweep": "batch.ms", "ms": ms, "bytes": 8 << 20} for ms in (100, 250, 1000, 3000)),
         *({"sweep": "batch.bytes", "ms": 5_000, "bytes": b} for b in (256 << 10, 1 << 20, 4 << 20)),
     ]
 

@@ -199,8 +199,15 @@ class NotificationSource:
         self._held.clear()
 
     def poll(self, max_records: int, timeout: float) -> list[Polled]:
+        # librdkafka's consume(n, timeout) waits until it has n messages or the timeout
+        # passed: a notification that arrived alone would wait out the timeout (measured:
+        # +130 ms p50 end-to-end at batch.ms 100). poll() returns the first at once; the
+        # rest already queued are taken without waiting.
         try:
-            msgs = self.kafka.consume(num_messages=max_records, timeout=timeout)
+            first = self.kafka.poll(timeout)
+            msgs = [] if first is None else [first]
+            if first is not None and max_records > 1:
+                msgs.extend(self.kafka.consume(num_messages=max_records - 1, timeout=0))
         except Exception as e:
             raise _kafka_error("polling notifications failed", e) from e
         out: list[Polled] = []

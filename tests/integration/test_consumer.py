@@ -318,3 +318,28 @@ def test_a_failed_fetch_never_swallows_records_already_taken(
             c.close()
     assert err is not None  # the deleted object is reported...
     assert Counter(got) == Counter(first)  # ...after every record before it was handed out
+
+
+def test_a_lone_notification_is_polled_without_waiting_out_the_timeout(
+    broker: BrokerThread, memq_stack: StackState, topic: str
+) -> None:
+    """librdkafka's consume(n, timeout) waits for n messages or the whole timeout; the
+    notification poll must return as soon as one notification is there (it added up to
+    the poll timeout to every record's end-to-end latency). One record, so one
+    notification, against a poll for 8 with a 30 s timeout."""
+    from memq.consumer.notifications import NotificationSource
+
+    produce(broker.address, topic, [b"alone"])
+    ntopic = broker.config.topics[0].notification_topic(broker.config.cluster)
+    src = NotificationSource({"bootstrap.servers": memq_stack.kafka_bootstrap, "group.id": topic})
+    try:
+        src.assign_partitions({(ntopic, p): 0 for p in range(4)})
+        got: list[Any] = []
+        start = time.monotonic()
+        while not got and time.monotonic() - start < 60:  # the first fetch may come empty
+            got = src.poll(8, 30.0)
+        waited = time.monotonic() - start
+    finally:
+        src.kafka.close()
+    assert [p.topic for p in got] == [ntopic] and got[0].notification is not None
+    assert waited < 15, f"the poll waited {waited:.1f} s for more notifications"

@@ -82,6 +82,10 @@ class _Kafka:
             self._rebalance(new)
         return []
 
+    def poll(self, timeout: float) -> Any:
+        self.consume(1, timeout)  # rebalances run inside a poll, as in librdkafka
+        return None
+
     def close(self) -> None:
         pass
 
