@@ -2,8 +2,9 @@
 
 Measures steady-state MB/s of record payload handed out, and CPU seconds per GiB of
 every process involved (the consumer's own process, the broker, Tansu, moto), for one
-``memq.Consumer`` reading a topic stored in S3 (moto) and one stored on the filesystem,
-against:
+``memq.Consumer`` reading a topic stored in S3 (moto) with ``consume()`` and with
+``consume_batch()`` (columns, no ``Message`` per record), and one stored on the
+filesystem, against:
 
   (a) raw boto3 GETs of the same S3 objects with the same concurrency (the storage
       ceiling: bytes only, no decoding);
@@ -15,7 +16,7 @@ reader reads it over and over (``assign()`` at the first offset again after each
 pass: no group joins) while a warm-up (5 s, excluded) and a window of >= 20 s run;
 only what is handed out inside the window counts, and CPU seconds (utime + stime from
 /proc/<pid>/stat) are read at the window's edges. ``--quick``: 2 s windows, a smoke of
-the method, not a figure. Targets: S3 path >= 0.8x (a); filesystem path >= 1.0x (b).
+the method, not a figure. Targets: S3 paths >= 0.8x (a); filesystem path >= 1.0x (b).
 Writes ``benchmarks/results/consume.json``.
 
     python benchmarks/bench_consume.py [--quick] [--records N] [--out PATH]
@@ -82,8 +83,16 @@ def load(address: str, topic: str, values: list[bytes]) -> list[str]:
 
 
 def run_memq(
-    state: Any, info: dict[str, Any], topic: str, n: int, name: str, quick: bool
+    state: Any,
+    info: dict[str, Any],
+    topic: str,
+    n: int,
+    name: str,
+    quick: bool,
+    columns: bool = False,
 ) -> dict[str, Any]:
+    """``columns``: ``consume_batch()`` (values as a list, no Message per record) instead
+    of ``consume()``."""
     from memq import Consumer
 
     counter = Counter()
@@ -101,9 +110,14 @@ def run_memq(
             got = 0
             c.assign([(topic, p, 0) for p in range(PARTITIONS)])
             while not stop.is_set():
-                batch = c.consume(2000, 1.0)
-                got += len(batch)
-                counter.add(sum(len(m.value) for m in batch), len(batch))
+                if columns:
+                    values = c.consume_batch(2000, 1.0).values
+                    got += len(values)
+                    counter.add(sum(map(len, values)), len(values))
+                else:
+                    batch = c.consume(2000, 1.0)
+                    got += len(batch)
+                    counter.add(sum(len(m.value) for m in batch), len(batch))
                 if got >= n:  # a full pass: read it all again
                     got = 0
                     c.assign([(topic, p, 0) for p in range(PARTITIONS)])
@@ -218,18 +232,27 @@ def run(records: int, quick: bool) -> dict[str, Any]:
                 eprint(f"memq consume from {storage}")
                 results[storage] = run_memq(state, info, topic, records, f"memq-{storage}", quick)
                 if storage == "s3":
+                    eprint("memq consume_batch() from s3")
+                    results["s3_batch"] = run_memq(
+                        state, info, topic, records, "memq-s3 consume_batch()", quick, True
+                    )
                     eprint("baseline (a): raw parallel GETs")
                     results["s3raw"] = run_raw_gets(state, keys, quick)
         shutil.rmtree(root, ignore_errors=True)
         eprint("baseline (b): confluent-kafka consuming from Tansu")
         results["kafka"] = run_kafka(state, values, quick)
-    results["s3"]["vs_s3_raw_get"] = round(results["s3"]["MBps"] / results["s3raw"]["MBps"], 3)
+    for key in ("s3", "s3_batch"):
+        results[key]["vs_s3_raw_get"] = round(results[key]["MBps"] / results["s3raw"]["MBps"], 3)
     results["filesystem"]["vs_kafka_direct"] = round(
         results["filesystem"]["MBps"] / results["kafka"]["MBps"], 3
     )
     results["s3"]["vs_kafka_direct"] = round(results["s3"]["MBps"] / results["kafka"]["MBps"], 3)
     targets = {
         "s3_vs_raw_get": {"value": results["s3"]["vs_s3_raw_get"], "target": 0.8},
+        "s3_consume_batch_vs_raw_get": {
+            "value": results["s3_batch"]["vs_s3_raw_get"],
+            "target": 0.8,
+        },
         "filesystem_vs_kafka_direct": {
             "value": results["filesystem"]["vs_kafka_direct"],
             "target": 1.0,
@@ -269,8 +292,9 @@ def print_table(doc: dict[str, Any]) -> None:
     for col in ("run", "MB/s", "1 s min-max", "ratio", *(f"{p} CPU-s/GiB" for p in procs)):
         t.add_column(col, justify="right")
     for key, r in doc["results"].items():
-        ratio = r.get("vs_s3_raw_get") if key == "s3" else r.get("vs_kafka_direct")
-        basis = " vs (a)" if key == "s3" else " vs (b)"
+        on_s3 = key in ("s3", "s3_batch")
+        ratio = r.get("vs_s3_raw_get") if on_s3 else r.get("vs_kafka_direct")
+        basis = " vs (a)" if on_s3 else " vs (b)"
         one = r.get("MBps_1s") or {}
         t.add_row(
             r["name"],

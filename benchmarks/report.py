@@ -271,12 +271,15 @@ def _md(doc: dict[str, Any], plots: list[str]) -> str:
               "| path | MB/s | vs raw S3 GET | vs Kafka direct | "
               + " | ".join(f"{p} CPU-s/GiB" for p in PROCS) + " |",
               "|---|---|---|---|" + "---|" * len(PROCS)]  # fmt: skip
-        for n, label in (("s3", "memq.Consumer from S3"),
+        for n, label in (("s3", "memq.Consumer from S3, `consume()`"),
+                         ("s3_batch", "memq.Consumer from S3, `consume_batch()`"),
                          ("filesystem", "memq.Consumer from filesystem"),
                          ("s3_raw_get", "raw S3 GET (baseline)"),
                          ("kafka_direct", "Kafka direct consume (baseline)")):  # fmt: skip
-            r = rows[n]
-            vs_get = _x(r["vs_s3_raw_get"]) if n == "s3" else ""
+            r = rows.get(n)
+            if r is None:  # (results from before the row existed)
+                continue
+            vs_get = _x(r["vs_s3_raw_get"]) if n in ("s3", "s3_batch") else ""
             vs_k = _x(r["vs_kafka_direct"]) if n in ("s3", "filesystem") else ""
             lines.append(f"| {label} | {_f(r['MBps'], '{:.1f}')} | {vs_get} | {vs_k} | "
                          f"{_cpus(r)} |")  # fmt: skip

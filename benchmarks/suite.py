@@ -144,7 +144,7 @@ def ingest(quick: bool, reps: int) -> dict[str, Any]:
     return out
 
 
-CONSUME_ROWS = ("s3", "s3raw", "filesystem", "kafka")
+CONSUME_ROWS = ("s3", "s3_batch", "s3raw", "filesystem", "kafka")
 
 
 def consume(quick: bool, reps: int) -> dict[str, Any]:
