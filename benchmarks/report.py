@@ -201,6 +201,16 @@ def _md(doc: dict[str, Any], plots: list[str]) -> str:
             else ""
         ),
         "",
+        *(
+            [
+                "Sections measured at different times (`suite.py --merge`): "
+                + ", ".join(f"{n} {t}" for n, t in doc["section_times"].items())
+                + ".",
+                "",
+            ]
+            if len(set(doc.get("section_times", {}).values())) > 1
+            else []
+        ),
         "All servers are local (moto S3 is one Python process, Tansu speaks Kafka), "
         "everything shares the same cores, so absolute numbers are for this machine; the "
         "ratios are the point. Raw data: `suite.json`. Seconds per section: "

@@ -24,7 +24,10 @@ repetition (MemQ and its baseline measured back to back) and then summarised. Wr
 ``<out>/suite.json`` (all raw runs), ``<out>/report.md`` and ``<out>/*.png``.
 
     python benchmarks/suite.py [--quick] [--reps 3] [--out benchmarks/results]
-                               [--only ingest,latency,...]
+                               [--only ingest,latency,...] [--merge]
+
+``--merge`` keeps the other sections of the existing ``<out>/suite.json`` (a partial
+re-run after a change); report.md then names when each section was measured.
 
 ``--quick`` (part of ``make test``) uses 2 s windows and tiny sizes and skips the Spark
 backfill (``bench_backfill.py --quick`` has its own smoke test): a smoke of the method,
@@ -223,12 +226,39 @@ def run(quick: bool, reps: int, only: set[str], checkpoint: Path | None = None) 
     return doc
 
 
+def merged(path: Path, new: dict[str, Any]) -> dict[str, Any]:
+    """``new``'s sections over those of the suite run saved at ``path`` (if any); each
+    section keeps the time it was measured (``section_times``)."""
+    if not path.exists():
+        return new
+    old = json.loads(path.read_text())
+    if old.get("quick") != new["quick"] or old.get("reps") != new["reps"]:
+        raise SystemExit(
+            f"--merge: {path} was run with quick={old.get('quick')} reps={old.get('reps')}, "
+            f"this run with quick={new['quick']} reps={new['reps']}: run them alike"
+        )
+    times = {name: old["time"] for name in old["sections"]}
+    times.update(old.get("section_times", {}))
+    times.update({name: new["time"] for name in new["sections"]})
+    out = {**old, "sections": {**old["sections"], **new["sections"]}}
+    out["seconds"] = {**old.get("seconds", {}), **new["seconds"]}
+    out["section_times"] = {name: times[name] for name in out["sections"]}
+    out["time"], out["machine"] = new["time"], new["machine"]
+    out["cost"] = report.cost_section(out)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smoke mode: tiny sizes, no Spark")
     ap.add_argument("--reps", type=int, default=3, help="repetitions per figure (>= 3)")
     ap.add_argument("--out", type=Path, default=benchlib.RESULTS, help="output directory")
     ap.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections")
+    ap.add_argument(
+        "--merge",
+        action="store_true",
+        help="keep the other sections of the existing suite.json (re-run only --only)",
+    )
     a = ap.parse_args(argv)
     only = {s.strip() for s in a.only.split(",") if s.strip()}
     unknown = only - set(SECTIONS)
@@ -237,6 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.reps < 3 and not a.quick:
         ap.error("--reps must be at least 3 (min/median/max)")
     doc = run(a.quick, a.reps, only, a.out / "suite.partial.json")
+    if a.merge:
+        doc = merged(a.out / "suite.json", doc)
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / "suite.json").write_text(json.dumps(doc, indent=2) + "\n")
     md = report.write(doc, a.out)

@@ -40,14 +40,19 @@ def bench(
         "--only",
         help="Comma-separated sections to run.",
     ),
+    merge: bool = typer.Option(
+        False,
+        "--merge",
+        help="Keep the other sections of the existing suite.json (re-run only --only).",
+    ),
 ) -> None:
-    """Run every benchmark on a private local stack (fixed seeds, about 15 minutes on 2
+    """Run every benchmark on a private local stack (fixed seeds, about 40 minutes on 2
     cores) and write benchmarks/results/report.md with min/median/max over the
     repetitions, each throughput beside its same-run baseline, PNG plots and the cost
     model. Servers named by MEMQ_S3_ENDPOINT / MEMQ_KAFKA_BOOTSTRAP / MEMQ_ZK_CONNECT are
     used instead of starting them."""
     cmd = [sys.executable, str(suite_script()), "--reps", str(reps), "--out", str(out)]
-    cmd += ["--only", only] + (["--quick"] if quick else [])
+    cmd += ["--only", only] + (["--quick"] if quick else []) + (["--merge"] if merge else [])
     rc = subprocess.call(cmd)
     if rc:
         raise typer.Exit(rc)
