@@ -108,7 +108,18 @@ class OpenBlock:
         with self.lock:
             if self.sealed or self.size + size > self.capacity:
                 return None
-            return self.add(ts, key, value, headers, size, on_delivery)
+            # :meth:`add`, inlined: this runs once per produce().
+            index = self.count
+            self.timestamps.append(ts)
+            self.keys.append(key)
+            self.values.append(value)
+            self.headers.append(headers)
+            self.count = index + 1
+            self.size += size
+            if on_delivery is not None:
+                self.cb_index.append(index)
+                self.cb_fn.append(on_delivery)
+            return RecordFuture(self.result, self.topic, index, ts)
 
     def try_add_many(
         self,

@@ -193,8 +193,9 @@ class Producer(BlockFilling):
         v = value if type(value) is bytes else _as_bytes(value, "value")
         k = key if key is None or type(key) is bytes else _as_bytes(key, "key")
         h = _headers(headers) if headers else None
-        ts = int(time.time() * 1000) if timestamp is None else int(timestamp)
-        size = record_size(k, v, h)
+        ts = time.time_ns() // 1_000_000 if timestamp is None else int(timestamp)
+        # (the common record, no key and no headers, sized without a call)
+        size = len(v) + RECORD_OVERHEAD if k is None and h is None else record_size(k, v, h)
         limit = self._limits.get(topic) or self._block_limit(topic)
         if size + BLOCK_HEADER_SIZE > limit:
             raise MessageTooLargeError(
