@@ -73,28 +73,6 @@ class OpenBlock:
     def max_ts(self) -> int:
         return max(self.timestamps)
 
-    def add(
-        self,
-        ts: int,
-        key: bytes | None,
-        value: bytes,
-        headers: tuple[Header, ...] | None,
-        size: int,
-        on_delivery: DeliveryCallback | None,
-    ) -> RecordFuture:
-        # Per-record hot path: appends and counters only; bounds are computed once at seal.
-        index = self.count
-        self.timestamps.append(ts)
-        self.keys.append(key)
-        self.values.append(value)
-        self.headers.append(headers)
-        self.count = index + 1
-        self.size += size
-        if on_delivery is not None:
-            self.cb_index.append(index)
-            self.cb_fn.append(on_delivery)
-        return RecordFuture(self.result, self.topic, index, ts)
-
     def try_add(
         self,
         ts: int,
@@ -108,7 +86,8 @@ class OpenBlock:
         with self.lock:
             if self.sealed or self.size + size > self.capacity:
                 return None
-            # :meth:`add`, inlined: this runs once per produce().
+            # Per-record hot path (once per produce()): appends and counters only; bounds
+            # are computed once at seal.
             index = self.count
             self.timestamps.append(ts)
             self.keys.append(key)

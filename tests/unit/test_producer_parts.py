@@ -25,7 +25,7 @@ def test_record_size_bounds_the_encoded_size(recs):
 def test_open_block_tracks_bounds_and_seals_with_a_sequence():
     b = OpenBlock("t")
     for ts in (50, 10, 99, 42):
-        b.add(ts, None, b"v", None, 10, None)
+        assert b.try_add(ts, None, b"v", None, 10, None) is not None
     assert (b.min_ts, b.max_ts, b.size) == (10, 99, 40)
     sealed = b.seal(7)
     (header,) = [decode_block_header(sealed.encode(3, 4, Compression.LZ4))]
@@ -35,7 +35,7 @@ def test_open_block_tracks_bounds_and_seals_with_a_sequence():
 
 def test_record_futures_share_the_block_result():
     b = OpenBlock("t")
-    futs = [b.add(i, None, b"v", None, 1, None) for i in range(3)]
+    futs = [b.try_add(i, None, b"v", None, 1, None) for i in range(3)]
     with pytest.raises(RequestTimeoutError):
         futs[0].result(timeout=0.01)
     seen = []

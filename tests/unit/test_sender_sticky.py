@@ -100,7 +100,7 @@ def _attempts(error: MemqError, *, on_connect: bool = False) -> list[str]:
     )
     done: list[MemqError | None] = []
     block = OpenBlock("t")
-    block.add(1, None, b"v", None, 1, None)
+    assert block.try_add(1, None, b"v", None, 1, None) is not None
     with ThreadPoolExecutor(1) as encoder:
         sender = Sender(
             config,
