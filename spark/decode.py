@@ -1,12 +1,16 @@
 """Batch object bytes -> one Arrow RecordBatch in the ``memq`` schema (pure, no I/O).
 
 Work is per block, not per row: each block's records are decoded by the C msgpack
-decoder into columns (``decode_columns``) and appended to column lists, with the
-cyclic GC paused (``gc_paused``: it was half the time); per-block
-constants (producer id, epoch, sequence, block index) are repeated with list
-multiplication, and Arrow builds each column in one call. Blocks entirely outside the
-time range are skipped by their index entry without being decoded; blocks that straddle
-a bound are filtered by an Arrow compute mask.
+decoder into columns (``decode_columns``), with the cyclic GC paused (``gc_paused``: it
+was half the time). No Python list is built per row: timestamps and values become one
+Arrow array each straight from the blocks' tuples (``itertools.chain``, one copy); an
+all-None key or header column of a block is a null array (``pa.nulls``, found by an
+identity ``count`` in C); the per-block constants (producer id, epoch, sequence, block
+index) and the two string columns are ``pa.repeat`` of a scalar, and ``record_index``
+is a zero-copy slice of a cached ``0..n`` array per block. That took the decode from
+1.00 to 0.74 CPU-s per GiB of 1 KiB records (median of interleaved, warmed runs). Blocks
+entirely outside the time range are skipped by their index entry without being decoded;
+blocks that straddle a bound are filtered by an Arrow compute mask.
 
 An object is decoded completely before anything is emitted, so a corrupt block anywhere
 fails (or skips) the whole object and never half of it.
@@ -30,7 +34,8 @@ are unchanged; larger ones read as negative and ``x & 0xFFFFFFFFFFFFFFFF`` (Pyth
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from itertools import chain
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -48,7 +53,7 @@ from pyspark.sql.types import (
 
 from memq.errors import MalformedError
 from memq.formats.batch import decode_batch_header, iter_batch_blocks
-from memq.formats.block import Header, decode_columns
+from memq.formats.block import BlockHeader, Header, decode_columns
 from memq.formats.gcpause import gc_paused
 
 __all__ = [
@@ -158,15 +163,7 @@ def _decode_object(
     lo = start_ms if start_ms is not None else -(1 << 63)
     hi = end_ms if end_ms is not None else (1 << 63) - 1
     counts = DecodeCounts()
-    ts: list[int] = []
-    keys: list[bytes | None] = []
-    values: list[bytes] = []
-    headers: list[tuple[Header, ...] | None] = []
-    pids: list[int] = []
-    epochs: list[int] = []
-    seqs: list[int] = []
-    block_idx: list[int] = []
-    rec_idx: list[int] = []
+    blocks: list[_Block] = []
     needs_filter = False
     ids: set[BlockId] = set()  # the blocks read here (joins ``seen`` on success only)
     for i, (bh, block) in enumerate(iter_batch_blocks(data, header)):
@@ -182,22 +179,13 @@ def _decode_object(
         if bh.min_timestamp < lo or bh.max_timestamp >= hi:
             needs_filter = True
         t, k, v, h = decode_columns(block, bh)
-        n = len(t)
         counts.blocks_read += 1
-        ts.extend(t)
-        keys.extend(k)
-        values.extend(v)
-        headers.extend(map(_dedup_headers, h))
-        pids.extend([to_signed(bh.producer_id, 64)] * n)
-        epochs.extend([to_signed(bh.epoch, 32)] * n)
-        seqs.extend([to_signed(bh.sequence, 64)] * n)
-        block_idx.extend([i] * n)
-        rec_idx.extend(range(n))
-    if not ts:
+        if t:
+            blocks.append(_block_arrays(i, bh, t, k, v, h))
+    if not blocks:
         return None, counts, ids
-    batch = _build(topic, key, ts, keys, values, headers, pids, epochs, seqs, block_idx, rec_idx)
+    batch, ms = _build(topic, key, blocks)
     if needs_filter:
-        ms = pa.array(ts, pa.int64())
         mask = pc.and_(pc.greater_equal(ms, lo), pc.less(ms, hi))
         batch = batch.filter(mask)
         if batch.num_rows == 0:
@@ -206,37 +194,100 @@ def _decode_object(
     return batch, counts, ids
 
 
-def _build(
-    topic: str,
-    key: str,
-    ts: Sequence[int],
-    keys: Sequence[bytes | None],
-    values: Sequence[bytes],
-    headers: Sequence[tuple[Header, ...] | None],
-    pids: Sequence[int],
-    epochs: Sequence[int],
-    seqs: Sequence[int],
-    block_idx: Sequence[int],
-    rec_idx: Sequence[int],
-) -> Any:
+class _Block(NamedTuple):
+    """One decoded block: its columns (row tuples or Arrow arrays) and per-block constants."""
+
+    n: int
+    ts: tuple[int, ...]  # record timestamps, ms (Python ints: built in one call in _build)
+    values: tuple[bytes, ...]  # likewise
+    keys: Any  # Arrow arrays: mostly all-null, made per block without a row pass
+    headers: Any
+    producer_id: int
+    epoch: int
+    sequence: int
+    block_index: int
+
+
+def _block_arrays(
+    index: int,
+    bh: BlockHeader,
+    ts: tuple[int, ...],
+    keys: tuple[bytes | None, ...],
+    values: tuple[bytes, ...],
+    hdrs: tuple[tuple[Header, ...] | None, ...],
+) -> _Block:
+    """A block's records as Arrow arrays: one C call per column, none per row.
+
+    Keys and headers are mostly absent: an all-None column is a null array made without
+    looking at the rows again (``count`` is an identity scan in C).
+    """
     n = len(ts)
+    return _Block(
+        n,
+        ts,
+        values,
+        pa.nulls(n, pa.binary()) if keys.count(None) == n else pa.array(keys, pa.binary()),
+        (
+            pa.nulls(n, _HEADERS_TYPE)
+            if hdrs.count(None) == n
+            else pa.array(list(map(_dedup_headers, hdrs)), _HEADERS_TYPE)
+        ),
+        to_signed(bh.producer_id, 64),
+        to_signed(bh.epoch, 32),
+        to_signed(bh.sequence, 64),
+        index,
+    )
+
+
+_arange_cache: list[Any] = [pa.array([], pa.int32())]
+
+
+def _arange(n: int) -> Any:
+    """int32 ``0 .. n-1`` (a zero-copy slice of a cached array, grown on demand)."""
+    cached = _arange_cache[0]
+    if len(cached) < n:
+        cached = _arange_cache[0] = pa.array(range(max(n, 2 * len(cached))), pa.int32())
+    return cached.slice(0, n)
+
+
+def _constant(blocks: Sequence[_Block], field: str, type_: Any) -> Any:
+    """A per-block constant repeated over each block's rows (``pa.repeat``: no Python list)."""
+    parts = [pa.repeat(pa.scalar(getattr(b, field), type_), b.n) for b in blocks]
+    return parts[0] if len(parts) == 1 else pa.concat_arrays(parts)
+
+
+def _concat(parts: list[Any]) -> Any:
+    return parts[0] if len(parts) == 1 else pa.concat_arrays(parts)
+
+
+def _chain(parts: list[tuple[Any, ...]], n: int, type_: Any) -> Any:
+    """One array over the blocks' row tuples (no list, no concat: one copy of the data)."""
+    return pa.array(parts[0] if len(parts) == 1 else chain.from_iterable(parts), type_, size=n)
+
+
+def _build(topic: str, key: str, blocks: Sequence[_Block]) -> tuple[Any, Any]:
+    """The RecordBatch of ``blocks`` (and its int64 ms timestamps, for the time filter)."""
+    n = sum(b.n for b in blocks)
     try:
-        micros = pc.multiply_checked(pa.array(ts, pa.int64()), 1000).cast(_TS_TYPE)
+        ms = _chain([b.ts for b in blocks], n, pa.int64())
+        micros = pc.multiply_checked(ms, 1000).cast(_TS_TYPE)
     except pa.ArrowInvalid:
+        lo_ms = min(min(b.ts) for b in blocks)
+        hi_ms = max(max(b.ts) for b in blocks)
         raise MalformedError(
-            f"a record timestamp in [{min(ts)}, {max(ts)}] ms is outside Spark's timestamp range"
+            f"a record timestamp in [{lo_ms}, {hi_ms}] ms is outside Spark's timestamp range"
         ) from None
     columns = [
-        pa.array([topic] * n, pa.string()),
-        pa.array(keys, pa.binary()),
-        pa.array(values, pa.binary()),
-        pa.array(headers, _HEADERS_TYPE),
+        pa.repeat(pa.scalar(topic, pa.string()), n),
+        _concat([b.keys for b in blocks]),
+        _chain([b.values for b in blocks], n, pa.binary()),
+        _concat([b.headers for b in blocks]),
         micros,
-        pa.array(pids, pa.int64()),
-        pa.array(epochs, pa.int32()),
-        pa.array(seqs, pa.int64()),
-        pa.array([key] * n, pa.string()),
-        pa.array(block_idx, pa.int32()),
-        pa.array(rec_idx, pa.int32()),
+        _constant(blocks, "producer_id", pa.int64()),
+        _constant(blocks, "epoch", pa.int32()),
+        _constant(blocks, "sequence", pa.int64()),
+        pa.repeat(pa.scalar(key, pa.string()), n),
+        _constant(blocks, "block_index", pa.int32()),
+        _concat([_arange(b.n) for b in blocks]),
     ]
-    return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
+    return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA), ms

@@ -46,7 +46,7 @@ KNOWN_OPTIONS: dict[str, str] = {
     "time_slack_ms": "how far a batch's seal time may be from its records' timestamps (900000)",
     "target_partition_bytes": "upper bound of object bytes per Spark partition (128 MiB)",
     "min_partition_bytes": "lower bound of object bytes per Spark partition (8 MiB)",
-    "partitions_per_core": "aim for this many partitions per core when data allows (3)",
+    "partitions_per_core": "aim for this many partitions per core when data allows (1)",
     "on_corrupt": "fail (default) | skip: what to do with corrupt or missing objects",
     "dedup": "false (default) | true: each task drops copies of a block id it already read",
     "list_concurrency": "concurrent LIST requests on the driver (32)",
@@ -119,7 +119,7 @@ class ScanOptions:
     time_slack_ms: int = 15 * 60 * 1000
     target_partition_bytes: int = 128 * MiB
     min_partition_bytes: int = 8 * MiB
-    partitions_per_core: int = 3
+    partitions_per_core: int = 1
     on_corrupt: CorruptPolicy = "fail"
     #: Each read task drops repeated block ids (producer_id, epoch, sequence); scan-wide
     #: needs a shuffle: :func:`memq.spark.dedup.drop_duplicate_blocks`.
@@ -180,7 +180,7 @@ def parse_options(options: Mapping[str, str]) -> ScanOptions:
         time_slack_ms=_int(opts, "time_slack_ms", 15 * 60 * 1000, 0, 7 * 24 * 3600 * 1000),
         target_partition_bytes=_int(opts, "target_partition_bytes", 128 * MiB, 1, big),
         min_partition_bytes=_int(opts, "min_partition_bytes", 8 * MiB, 1, big),
-        partitions_per_core=_int(opts, "partitions_per_core", 3, 1, 1000),
+        partitions_per_core=_int(opts, "partitions_per_core", 1, 1, 1000),
         on_corrupt=_choice(opts, "on_corrupt", "fail", ("fail", "skip")),  # type: ignore[arg-type]
         dedup=_choice(opts, "dedup", "false", ("false", "true")) == "true",
         list_concurrency=_int(opts, "list_concurrency", 32, 1, 1024),

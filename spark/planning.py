@@ -4,10 +4,19 @@ A Spark task has a fixed cost (tens of ms to schedule, ship and start), so one t
 object would waste most of a backfill on overhead. Objects, in seal-time order, are cut
 into contiguous runs of about equal bytes:
 
-- the size aims at ``partitions_per_core`` partitions per core (so a slow task or a big
-  object does not leave cores idle at the end), bounded by ``min_partition_bytes`` (tiny
-  inputs get few tasks) and ``target_partition_bytes`` (huge inputs get bounded tasks);
+- the size aims at ``partitions_per_core`` partitions per core (default 1, like Spark's
+  own file source, whose split size is ``total bytes / default parallelism`` for small
+  inputs), bounded by ``min_partition_bytes`` (tiny inputs get few tasks) and
+  ``target_partition_bytes`` (huge inputs get bounded tasks);
+- when that bound makes more partitions than cores, their count is rounded up to a
+  multiple of the cores, so the last wave of tasks keeps every core busy;
 - runs are contiguous in time, so each task writes to few ``dt=/hh=`` output folders.
+
+Why one per core: a task's start is a serial stretch on its core (scheduling, the Python
+worker round trip, and its first GET, which nothing overlaps yet); later objects are
+fetched while earlier ones are decoded. On 2 cores, 25 objects of 4 MiB read in 6
+partitions took ~560 ms and ~0.87 CPU-s per job, in 2 partitions ~450 ms and ~0.74 CPU-s
+(interleaved runs, ``docs/spark.md``, Performance).
 """
 
 from __future__ import annotations
@@ -55,8 +64,12 @@ def pack_partitions(
     if not objects:
         return []
     total = sum(o.size for o in objects)
-    size = partition_bytes(opts, total, effective_cores(cores))
-    count = min(len(objects), max(1, math.ceil(total / size)))
+    ncores = effective_cores(cores)
+    size = partition_bytes(opts, total, ncores)
+    count = max(1, math.ceil(total / size))
+    if count > ncores:  # full waves: no core idles through the last one
+        count = math.ceil(count / ncores) * ncores
+    count = min(len(objects), count)
     # Balance: cut at multiples of total/count rather than filling each run to ``size``.
     share = total / count
     parts: list[ScanPartition] = []

@@ -81,7 +81,7 @@ def _objs(sizes: list[int]) -> list[ObjectRef]:
 
 
 def test_partitions_group_objects_by_bytes_in_order() -> None:
-    opts = parse_options(BASE)
+    opts = parse_options({**BASE, "partitions_per_core": "3"})
     objs = _objs([8 * MiB] * 64)  # 512 MiB on 2 cores: ~3 partitions per core
     parts = pack_partitions(objs, opts, cores=2)
     assert len(parts) == 6
@@ -89,6 +89,21 @@ def test_partitions_group_objects_by_bytes_in_order() -> None:
     sizes = [p.size for p in parts]
     assert max(sizes) - min(sizes) <= 8 * MiB  # balanced to within one object
     assert [p.index for p in parts] == list(range(6))
+
+
+def test_partitions_default_to_one_per_core_in_full_waves() -> None:
+    opts = parse_options(BASE)
+    assert opts.partitions_per_core == 1
+    # 100 MiB on 2 cores: one run per core (task start-up is paid once per core).
+    assert [p.size for p in pack_partitions(_objs([4 * MiB] * 25), opts, cores=2)] == [
+        13 * 4 * MiB,
+        12 * 4 * MiB,
+    ]
+    # 640 MiB on 4 cores is 5 partitions of <= 128 MiB: rounded up to 8 (two full waves).
+    parts = pack_partitions(_objs([8 * MiB] * 80), opts, cores=4)
+    assert len(parts) == 8 and {p.size for p in parts} == {80 * MiB}
+    # Never more partitions than objects.
+    assert len(pack_partitions(_objs([200 * MiB] * 3), opts, cores=4)) == 3
 
 
 def test_partitions_are_few_for_small_inputs_and_bounded_for_big_ones() -> None:
@@ -340,3 +355,29 @@ def test_counts_merge_and_subtract() -> None:
     c.add({"keys_listed": 5})
     c.add({"keys_listed": 1, "unknown": 9})
     assert c.snapshot().keys_listed == 6
+
+
+def test_s3_client_freezes_the_gc_only_in_pyspark_daemon_workers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import gc
+    import sys
+    import types
+
+    from memq.spark import s3io
+
+    opts = parse_options({**BASE, "endpoint_url": "http://127.0.0.1:9", "region": "us-east-1"})
+    assert not s3io.in_pyspark_daemon()
+    frozen = gc.get_freeze_count()
+    s3io.client_for(opts, 3)  # a driver or test process: its GC is left alone
+    assert gc.get_freeze_count() == frozen
+    fake_main = types.ModuleType("__main__")
+    fake_main.__spec__ = types.SimpleNamespace(name="pyspark.daemon")  # type: ignore[assignment]
+    monkeypatch.setitem(sys.modules, "__main__", fake_main)
+    monkeypatch.setattr(s3io, "_clients", {})
+    try:
+        assert s3io.in_pyspark_daemon()
+        s3io.client_for(opts, 3)  # a forked Spark worker: long-lived objects are frozen
+        assert gc.get_freeze_count() > frozen
+    finally:
+        gc.unfreeze()
