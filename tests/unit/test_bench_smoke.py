@@ -58,13 +58,17 @@ def test_suite_merge_keeps_the_other_sections_with_their_times(tmp_path: Path) -
     (tmp_path / "suite.json").write_text(json.dumps(old))
     script = ROOT / "benchmarks" / "suite.py"
     args = [sys.executable, str(script), "--quick", "--reps", "1", "--only", "formats"]
-    proc = subprocess.run(
-        [*args, "--out", str(tmp_path), "--merge"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+
+    def merge() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*args, "--out", str(tmp_path), "--merge"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+
+    proc = merge()
     assert proc.returncode == 0, proc.stderr
     doc = json.loads((tmp_path / "suite.json").read_text())
     assert set(doc["sections"]) == {"latency", "formats"}
@@ -75,11 +79,5 @@ def test_suite_merge_keeps_the_other_sections_with_their_times(tmp_path: Path) -
 
     # A saved run of another kind (here: not quick) is not mixed in.
     (tmp_path / "suite.json").write_text(json.dumps({**old, "quick": False, "reps": 3}))
-    proc = subprocess.run(
-        [*args, "--out", str(tmp_path), "--merge"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    proc = merge()
     assert proc.returncode != 0 and "run them alike" in proc.stderr
