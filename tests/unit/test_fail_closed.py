@@ -14,6 +14,8 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+import pytest
+
 from memq.broker.metrics import BrokerMetrics
 from memq.broker.pool import BufferPool
 from memq.broker.processor import TopicProcessor
@@ -25,6 +27,8 @@ from memq.errors import (
 )
 from memq.formats import Compression, decode_block_header, encode_block
 from memq.producer import BufferFullError, Producer
+from memq.producer.accumulator import SealedBlock
+from memq.producer.sender import INLINE_ENCODE_BYTES
 from memq.storage_handlers.base import StorageWriter, StoredObject
 
 REFUSED = "127.0.0.1:1"  # nothing listens on port 1: every connection is refused
@@ -145,14 +149,28 @@ class _BrokenExecutor(ThreadPoolExecutor):
         raise RuntimeError("encoder pool broken")
 
 
-def test_unexpected_exception_in_the_send_path_fails_the_record() -> None:
+def _broken_encode(*_a: Any, **_k: Any) -> bytes:
+    raise RuntimeError("encoder broken")
+
+
+@pytest.mark.parametrize("value_bytes", [1, 32 * 1024])
+def test_unexpected_exception_in_the_send_path_fails_the_record(
+    monkeypatch: pytest.MonkeyPatch, value_bytes: int
+) -> None:
+    """The send task's first step (encoding: on the I/O loop for a small block, in the
+    encoder pool for a large one) raises something unexpected: the record fails with it."""
     p = Producer({"bootstrap.servers": REFUSED, "audit.enable": False})
     try:
-        p._sender.encoder = _BrokenExecutor(1)  # the send task's first step raises
-        fut = p.produce("t", b"v")
+        if value_bytes > INLINE_ENCODE_BYTES:
+            p._sender.encoder = _BrokenExecutor(1)
+            expected = "encoder pool broken"
+        else:
+            monkeypatch.setattr(SealedBlock, "encode", _broken_encode)
+            expected = "encoder broken"
+        fut = p.produce("t", b"v" * value_bytes)
         p.flush(0.1)
         err = fut.exception(timeout=30)
-        assert isinstance(err, MemqError) and "encoder pool broken" in str(err)
+        assert isinstance(err, MemqError) and expected in str(err)
         assert p._sender.internal_errors == 1
     finally:
         p.close(1)
