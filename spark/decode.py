@@ -252,8 +252,7 @@ def _arange(n: int) -> Any:
 
 def _constant(blocks: Sequence[_Block], field: str, type_: Any) -> Any:
     """A per-block constant repeated over each block's rows (``pa.repeat``: no Python list)."""
-    parts = [pa.repeat(pa.scalar(getattr(b, field), type_), b.n) for b in blocks]
-    return parts[0] if len(parts) == 1 else pa.concat_arrays(parts)
+    return _concat([pa.repeat(pa.scalar(getattr(b, field), type_), b.n) for b in blocks])
 
 
 def _concat(parts: list[Any]) -> Any:
