@@ -6,6 +6,8 @@ holds no batch memory, however many topics a broker serves. A batch starts in a 
 buffer and moves up through size classes (64 KiB, 512 KiB, 4 MiB, ... up to its topic's
 ``batch.bytes``) as blocks arrive, so a trickle topic's open batch costs kilobytes, not
 ``batch.bytes``; moving copies the blocks once per class (per batch, never per record).
+A topic's next batch starts in the class its last batch needed if the pool has it at
+once (a steady hot topic then copies nothing up through the classes).
 When the pool cannot give the next class at once, the batch is sealed as it is instead
 of waiting. Buffers are reused: a free buffer of the same shape is handed out again
 without allocating; free buffers of other shapes are dropped when their memory is needed.
@@ -109,10 +111,24 @@ class BufferPool:
     # --- acquire / release ------------------------------------------------------------
 
     async def acquire(
-        self, topic: str, capacity: int, max_blocks: int, max_held: int, timeout: float
+        self,
+        topic: str,
+        capacity: int,
+        max_blocks: int,
+        max_held: int,
+        timeout: float,
+        prefer: Shape | None = None,
     ) -> BatchBuilder:
-        """A buffer for ``topic``'s next batch; TimeoutError after ``timeout`` seconds."""
+        """A buffer for ``topic``'s next batch; TimeoutError after ``timeout`` seconds.
+
+        ``prefer``: a larger shape to hand out instead if the pool has it at once (the
+        class the topic's last batch needed: a steady topic then skips the moves up
+        through the smaller classes); otherwise the buffer is of the asked shape."""
         shape = (capacity, max_blocks)
+        if prefer is not None and prefer[0] > capacity and not self._waiters:
+            builder = self._grant(topic, prefer, max_held)
+            if builder is not None:
+                return builder
         if buffer_bytes(*shape) > self.limit:
             raise MemqError(
                 f"topic {topic!r}: a batch buffer of {buffer_bytes(*shape)} bytes exceeds the "

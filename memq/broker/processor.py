@@ -119,6 +119,8 @@ class TopicProcessor:
         self.bytes_received = 0
         #: Buffer shapes a batch moves through as it grows (the last: batch.bytes).
         self._classes = size_classes(config.batch.max_bytes, config.batch.max_blocks)
+        #: The class the last sealed batch needed: the next batch asks for it first.
+        self._last_class: tuple[int, int] | None = None
         self._open: Batch | None = None
         self._seq = 0
         self._uploads: set[asyncio.Task[None]] = set()
@@ -230,7 +232,12 @@ class TopicProcessor:
         cap, blocks = shape or self._classes[-1]  # a block larger than the batch: refused later
         try:
             builder = await self.pool.acquire(
-                self.topic, cap, blocks, self.config.ring_size, deadline - time.monotonic()
+                self.topic,
+                cap,
+                blocks,
+                self.config.ring_size,
+                deadline - time.monotonic(),
+                prefer=self._last_class,
             )
         except TimeoutError:
             raise ThrottledError(
@@ -263,6 +270,8 @@ class TopicProcessor:
         if batch.timer is not None:
             batch.timer.cancel()
         self._open = None
+        b = batch.builder
+        self._last_class = self._class_for(b.size, b.block_count)
         sealed = self._m_sealed.get(trigger)
         if sealed is None:
             sealed = self._m_sealed[trigger] = self.metrics.batches.labels(self.topic, trigger)

@@ -349,7 +349,10 @@ class BatchBuilder:
             raise MalformedError("can only move an open batch into a larger, empty buffer")
         if other.max_blocks < len(self._headers):
             raise MalformedError("the target buffer indexes fewer blocks than the batch has")
-        other._buf[other._reserve : other._reserve + n] = self._buf[self._reserve : self._end]
+        # through memoryviews: slicing the bytearray itself would copy the blocks twice
+        memoryview(other._buf)[other._reserve : other._reserve + n] = memoryview(self._buf)[
+            self._reserve : self._end
+        ]
         other._end = other._reserve + n
         other._headers = self._headers
         self.reset()

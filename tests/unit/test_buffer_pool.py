@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 from hypothesis import given, settings
@@ -10,7 +11,9 @@ from hypothesis import strategies as st
 
 from memq.broker.metrics import BrokerMetrics
 from memq.broker.pool import BufferPool, buffer_bytes, size_classes
+from memq.broker.processor import TopicProcessor
 from memq.errors import BrokerShuttingDownError
+from memq.formats import Compression, decode_block_header, encode_batch, encode_block
 
 CAP, BLOCKS = 64 * 1024, 16
 ONE = buffer_bytes(CAP, BLOCKS)
@@ -143,18 +146,13 @@ def test_size_classes_climb_by_eight_to_the_batch_size() -> None:
     assert size_classes(32 << 10, 16) == [(32 << 10, 16)]
 
 
-def test_a_growing_batch_moves_up_the_classes_and_stores_the_exact_object() -> None:
-    """Blocks appended one by one through every size class end up byte-identical to a
-    batch encoded in one go; the trickle topics meanwhile hold only small buffers."""
-    import time
+def _processor(pool: BufferPool, name: str, stored: list[bytes]) -> TopicProcessor:
+    """A topic processor (batch.bytes 8 MiB, batch.ms 60 s) storing its objects in
+    ``stored`` and publishing nowhere."""
     from concurrent.futures import Future, ThreadPoolExecutor
 
-    from memq.broker.processor import TopicProcessor
     from memq.config import TopicConfig
-    from memq.formats import Compression, decode_block_header, encode_batch, encode_block
     from memq.storage_handlers.base import StorageWriter, StoredObject
-
-    stored: list[bytes] = []
 
     class Keep(StorageWriter):
         name = "keep"
@@ -171,25 +169,39 @@ def test_a_growing_batch_moves_up_the_classes_and_stores_the_exact_object() -> N
             f.set_result(None)
             return f
 
+    cfg = TopicConfig.model_validate(
+        {
+            "name": name,
+            "storage": {"type": "devnull"},
+            "notification": {"bootstrap_servers": "127.0.0.1:9"},
+            "batch": {"bytes": 8 << 20, "ms": 60_000},
+        }
+    )
+    return TopicProcessor(
+        cfg, cluster="c", broker_id="b", writer=Keep(), sink=Sink(),  # type: ignore[arg-type]
+        executor=ThreadPoolExecutor(1), metrics=BrokerMetrics(),
+        throttle_timeout=5.0, pool=pool,
+    )  # fmt: skip
+
+
+def _block(seq: int, size: int) -> bytes:
+    return encode_block(
+        [(seq, None, bytes([seq % 251]) * size, None)],
+        producer_id=2,
+        epoch=0,
+        sequence=seq,
+        compression=Compression.NONE,
+    )
+
+
+def test_a_growing_batch_moves_up_the_classes_and_stores_the_exact_object() -> None:
+    """Blocks appended one by one through every size class end up byte-identical to a
+    batch encoded in one go; the trickle topics meanwhile hold only small buffers."""
+    stored: list[bytes] = []
+
     async def go() -> None:
         pool = BufferPool(256 << 20)
-
-        def processor(name: str) -> TopicProcessor:
-            cfg = TopicConfig.model_validate(
-                {
-                    "name": name,
-                    "storage": {"type": "devnull"},
-                    "notification": {"bootstrap_servers": "127.0.0.1:9"},
-                    "batch": {"bytes": 8 << 20, "ms": 60_000},
-                }
-            )
-            return TopicProcessor(
-                cfg, cluster="c", broker_id="b", writer=Keep(), sink=Sink(),
-                executor=ThreadPoolExecutor(1), metrics=BrokerMetrics(),
-                throttle_timeout=5.0, pool=pool,
-            )  # fmt: skip
-
-        trickle = [processor(f"small-{i}") for i in range(200)]
+        trickle = [_processor(pool, f"small-{i}", stored) for i in range(200)]
         one = encode_block([(1, None, b"x" * 100, None)], producer_id=1, epoch=0, sequence=0,
                            compression=Compression.NONE)  # fmt: skip
         for i, p in enumerate(trickle):
@@ -197,17 +209,8 @@ def test_a_growing_batch_moves_up_the_classes_and_stores_the_exact_object() -> N
             assert pool.held(f"small-{i}") == 1
         assert pool.allocated_bytes == 200 * buffer_bytes(*size_classes(8 << 20, 4096)[0])
 
-        big = processor("big")
-        blocks = [
-            encode_block(
-                [(i, None, bytes([i % 251]) * 30_000, None)],
-                producer_id=2,
-                epoch=0,
-                sequence=i,
-                compression=Compression.NONE,
-            )
-            for i in range(200)
-        ]
+        big = _processor(pool, "big", stored)
+        blocks = [_block(i, 30_000) for i in range(200)]
         for b in blocks:
             batch, _, _ = await big.append(memoryview(b), decode_block_header(b), time.monotonic())
         assert batch.builder.capacity == 8 << 20  # climbed to the last class
@@ -216,5 +219,39 @@ def test_a_growing_batch_moves_up_the_classes_and_stores_the_exact_object() -> N
         for p in trickle:
             await p.close()
         assert pool.held_bytes == 0
+
+    run(go())
+
+
+def test_a_batch_starts_in_the_class_its_topics_last_batch_needed() -> None:
+    """A steady hot topic's next batch starts in the full-size buffer (no copies up
+    through the classes); a topic whose last batch was small starts small again."""
+    stored: list[bytes] = []
+
+    async def go() -> None:
+        pool = BufferPool(256 << 20)
+        hot = _processor(pool, "hot", stored)
+        blocks = [_block(i, (1 << 20) - 100) for i in range(9)]
+        for b in blocks[:8]:
+            first, _, _ = await hot.append(memoryview(b), decode_block_header(b), time.monotonic())
+        b = blocks[8]
+        second, _, _ = await hot.append(memoryview(b), decode_block_header(b), time.monotonic())
+        assert second is not first  # the eighth block filled the first batch
+        assert second.builder.capacity == 8 << 20  # not the 4 MiB class one block needs
+        hot.seal_if_open(second, "age")
+        small = _block(9, 100)
+        third, _, _ = await hot.append(
+            memoryview(small), decode_block_header(small), time.monotonic()
+        )
+        assert third.builder.capacity == 4 << 20  # the class the 1 MiB batch needed
+        hot.seal_if_open(third, "age")
+        small2 = _block(10, 100)
+        fourth, _, _ = await hot.append(
+            memoryview(small2), decode_block_header(small2), time.monotonic()
+        )
+        assert fourth.builder.capacity == 64 << 10
+        await hot.close()
+        assert stored == [encode_batch(blocks[:8]), encode_batch(blocks[8:]),
+                          encode_batch([small]), encode_batch([small2])]  # fmt: skip
 
     run(go())
