@@ -12,7 +12,7 @@ import itertools
 import logging
 import socket
 import ssl
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from memq.errors import (
     AuthenticationError,
@@ -193,9 +193,13 @@ class ClientConnection(asyncio.Protocol):
 
     async def _write(self, req_type: int, rid: int, body: tuple[bytes | memoryview, ...]) -> None:
         """Write one frame once the transport's buffer is below its high-water mark
-        (back-pressure instead of an unbounded buffer), part by part: no join copy."""
+        (back-pressure instead of an unbounded buffer)."""
         if not self._drained.is_set():
             await self._drained.wait()
+        self._write_now(req_type, rid, body)
+
+    def _write_now(self, req_type: int, rid: int, body: tuple[bytes | memoryview, ...]) -> None:
+        """Write one frame, part by part: no join copy."""
         transport = self._check_open()
         for part in request_frame_parts(req_type, rid, *body):
             transport.write(part)
@@ -203,6 +207,9 @@ class ClientConnection(asyncio.Protocol):
     async def send(self, req_type: int, *body: bytes | memoryview, timeout: float = 30.0) -> None:
         """Send a request that gets no response (WRITE with ack=0)."""
         self._check_open()
+        if self._drained.is_set():  # the common case, without wait_for's task and timer
+            self._write_now(req_type, self._next_id(), body)
+            return
         try:
             await asyncio.wait_for(self._write(req_type, self._next_id(), body), timeout)
         except TimeoutError:
@@ -213,16 +220,24 @@ class ClientConnection(asyncio.Protocol):
     async def request(
         self, req_type: int, *body: bytes | memoryview, timeout: float = 30.0
     ) -> Response:
-        """Send a request and wait for its response; non-OK statuses raise typed errors."""
+        """Send a request and wait for its response; non-OK statuses raise typed errors.
+
+        One timer bounds the whole request (the write and the answer); the write goes
+        out at once unless the transport is above its high-water mark. (Two
+        ``asyncio.wait_for`` calls, a task and two timers per request, were ~10% of a
+        trickling producer's CPU.)"""
         self._check_open()
         rid = self._next_id()
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Response] = loop.create_future()
         self._pending[rid] = fut
-        deadline = loop.time() + timeout
+        timer = loop.call_later(timeout, _expire, fut)
         try:
-            await asyncio.wait_for(self._write(req_type, rid, body), timeout)
-            resp = await asyncio.wait_for(fut, max(0.0, deadline - loop.time()))
+            if self._drained.is_set():
+                self._write_now(req_type, rid, body)
+            else:
+                await self._write_or_expire(req_type, rid, body, fut)
+            resp = await fut
         except BaseException as e:
             self._pending.pop(rid, None)
             if not isinstance(e, TimeoutError):
@@ -230,10 +245,37 @@ class ClientConnection(asyncio.Protocol):
             raise RequestTimeoutError(
                 f"broker {self.address} did not answer request {rid} within {timeout:.1f} s"
             ) from None
+        finally:
+            timer.cancel()
         if resp.status != StatusCode.OK:
             raise error_for_status(resp.status, resp.error, bytes(resp.body))
         return resp
 
+    async def _write_or_expire(
+        self,
+        req_type: int,
+        rid: int,
+        body: tuple[bytes | memoryview, ...],
+        fut: asyncio.Future[Response],
+    ) -> None:
+        """Wait for the transport to drain, or for ``fut`` to end first (the request's
+        timer, a lost connection): then raise its error without writing."""
+        drained: asyncio.Future[Any] = asyncio.ensure_future(self._drained.wait())
+        try:
+            await asyncio.wait({drained, fut}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            drained.cancel()
+        if fut.done():
+            fut.result()  # raises the timeout or the connection's error
+        else:
+            self._write_now(req_type, rid, body)
+
     def close(self) -> None:
         if self.transport is not None and not self.transport.is_closing():
             self.transport.close()
+
+
+def _expire(fut: asyncio.Future[Response]) -> None:
+    """A request's timer: it ends with TimeoutError unless answered meanwhile."""
+    if not fut.done():
+        fut.set_exception(TimeoutError())
