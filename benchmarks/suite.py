@@ -242,6 +242,10 @@ def merged(path: Path, new: dict[str, Any]) -> dict[str, Any]:
     times.update({name: new["time"] for name in new["sections"]})
     out = {**old, "sections": {**old["sections"], **new["sections"]}}
     out["seconds"] = {**old.get("seconds", {}), **new["seconds"]}
+    # the total of what the merged report shows, not of this run's sections only
+    out["seconds"]["total"] = round(
+        sum(t for name, t in out["seconds"].items() if name != "total"), 1
+    )
     out["section_times"] = {name: times[name] for name in out["sections"]}
     out["time"], out["machine"] = new["time"], new["machine"]
     out["cost"] = report.cost_section(out)

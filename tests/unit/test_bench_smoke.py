@@ -76,6 +76,8 @@ def test_suite_merge_keeps_the_other_sections_with_their_times(tmp_path: Path) -
     assert doc["section_times"]["latency"] == "2026-01-01T00:00:00Z"
     assert doc["section_times"]["formats"] == doc["time"] != old["time"]
     assert "latency 2026-01-01T00:00:00Z" in (tmp_path / "report.md").read_text()
+    # the total covers every section shown, the kept ones too
+    assert doc["seconds"]["total"] == round(1.0 + doc["seconds"]["formats"], 1)
 
     # A saved run of another kind (here: not quick) is not mixed in.
     (tmp_path / "suite.json").write_text(json.dumps({**old, "quick": False, "reps": 3}))

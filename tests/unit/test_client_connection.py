@@ -74,9 +74,7 @@ def test_an_unanswered_request_times_out_typed_and_is_forgotten() -> None:
     _run(False, test)
 
 
-def test_a_request_waiting_for_a_full_transport_times_out_then_the_connection_recovers() -> (
-    None
-):
+def test_a_request_blocked_by_a_full_transport_times_out_and_the_connection_recovers() -> None:
     """The server stops reading: writes fill the socket and the transport pauses; a request
     then waits for the drain within its own timeout, and fails typed when it is over."""
 
