@@ -70,7 +70,7 @@ integration: install
 
 bench: install
 	$(BIN)/memq bench
-	$(BIN)/python benchmarks/bench_topics.py
+	$(BIN)/python benchmarks/bench_topics.py --reps 3
 
 FUZZ_SECONDS ?= 120
 chaos: install

@@ -26,4 +26,6 @@ def test_bench_topics_quick(tmp_path: Path) -> None:
         assert r["hot_MBps"] > 0 and r["broker_peak_rss_MB"] > 0 and r["pool_allocated_MB"] > 0
         assert r["trickle_failed"] == 0
     assert doc["runs"][1]["trickle_records"] >= 19  # every trickle topic acked in the window
+    assert [row["topics"] for row in doc["summary"]] == [1, 20]
+    assert doc["summary"][0]["hot_vs_1_topic"] == {"min": 1.0, "median": 1.0, "max": 1.0}
     assert "target rss_under_1GiB_at_max_topics" in proc.stdout
