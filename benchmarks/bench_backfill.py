@@ -58,21 +58,12 @@ CLUSTER = "bench"
 
 
 def broker_config(state: StackState, bucket: str, batch_bytes: int) -> dict[str, Any]:
-    return {
-        "broker_id": "bench-backfill",
-        "cluster": CLUSTER,
-        "port": 0,
-        "http_port": 0,
-        "topic_defaults": {
-            "storage": {
-                "type": "s3",
-                "s3": {"bucket": bucket, "endpoint_url": state.s3_endpoint, "region": "us-east-1"},
-            },
-            "notification": {"bootstrap_servers": state.kafka_bootstrap, "partitions": 4},
-            "batch": {"bytes": batch_bytes, "ms": 1000},
-        },
-        "topics": [{"name": "logs"}, {"name": "warm"}],
-    }
+    return benchlib.broker_config(
+        state, "bench-backfill",
+        benchlib.storage_config("s3", bucket=bucket, endpoint=state.s3_endpoint),
+        [{"name": "logs"}, {"name": "warm"}],
+        partitions=4, batch={"bytes": batch_bytes, "ms": 1000}, cluster=CLUSTER,
+    )  # fmt: skip
 
 
 def write_topic(endpoint: str, topic: str, records: int, codec: Compression) -> int:

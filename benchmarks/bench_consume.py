@@ -45,27 +45,13 @@ PARTITIONS = 4
 
 
 def broker_cfg(state: Any, storage: str, root: str, topic: str) -> dict[str, Any]:
-    store: dict[str, Any] = {"type": storage}
-    if storage == "s3":
-        store["s3"] = {
-            "bucket": state.bucket,
-            "endpoint_url": state.s3_endpoint,
-            "region": "us-east-1",
-        }
-    else:
-        store["filesystem"] = {"root": root}
-    return {
-        "broker_id": f"bench-{storage}",
-        "cluster": "bench",
-        "port": 0,
-        "http_port": 0,
-        "topic_defaults": {
-            "storage": store,
-            "notification": {"bootstrap_servers": state.kafka_bootstrap, "partitions": PARTITIONS},
-            "batch": {"bytes": 8 << 20, "ms": 500},
-        },
-        "topics": [{"name": topic}],
-    }
+    store = benchlib.storage_config(
+        storage, bucket=state.bucket, endpoint=state.s3_endpoint, root=root
+    )
+    return benchlib.broker_config(
+        state, f"bench-{storage}", store, [{"name": topic}],
+        partitions=PARTITIONS, batch={"bytes": 8 << 20, "ms": 500},
+    )  # fmt: skip
 
 
 def load(address: str, topic: str, values: list[bytes]) -> list[str]:

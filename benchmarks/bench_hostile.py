@@ -48,26 +48,16 @@ MiB = 1 << 20
 
 
 def broker_cfg(state: Any, root: str, *, s3_endpoint: str | None = None) -> dict[str, Any]:
-    store: dict[str, Any] = {"type": "filesystem", "filesystem": {"root": root}}
-    if s3_endpoint:
-        store = {"type": "s3", "s3": {"bucket": state.bucket, "endpoint_url": s3_endpoint,
-                                      "region": "us-east-1"}}  # fmt: skip
-    return {
-        "broker_id": "bench-hostile",
-        "cluster": "bench",
-        "port": 0,
-        "http_port": 0,
-        "max_connections": MAX_CONNECTIONS,
-        "idle_timeout_s": 2.0,
-        "throttle_timeout_ms": 500,
-        "topic_defaults": {
-            "storage": store,
-            "notification": {"bootstrap_servers": state.kafka_bootstrap, "partitions": 2},
-            "batch": {"bytes": 2 * MiB, "ms": 200},
-            "ring_size": 4,
-        },
-        "topics": [{"name": "legit"}],
-    }
+    store = (
+        benchlib.storage_config("s3", bucket=state.bucket, endpoint=s3_endpoint)
+        if s3_endpoint
+        else benchlib.storage_config("filesystem", root=root)
+    )
+    return benchlib.broker_config(
+        state, "bench-hostile", store, [{"name": "legit"}],
+        partitions=2, batch={"bytes": 2 * MiB, "ms": 200}, topic_defaults={"ring_size": 4},
+        max_connections=MAX_CONNECTIONS, idle_timeout_s=2.0, throttle_timeout_ms=500,
+    )  # fmt: skip
 
 
 def legit_load(endpoint: str, seconds: float) -> dict[str, float]:

@@ -67,32 +67,16 @@ VARIANTS = (
 
 
 def broker_cfg(state: Any, batch_ms: int, partitions: int | None = None) -> dict[str, Any]:
-    return {
-        "broker_id": "bench-kafka-listener",
-        "cluster": "bench",
-        "port": 0,
-        "http_port": 0,
-        "kafka_listener": {
-            "port": 0,
-            **({"partitions": partitions} if partitions else {}),
-        },
-        "upload_threads": 8,
-        "topic_defaults": {
-            "storage": {
-                "type": "s3",
-                "s3": {
-                    "bucket": state.bucket,
-                    "region": "us-east-1",
-                    "endpoint_url": state.s3_endpoint,
-                    "max_connections": 8,
-                },
-            },
-            "notification": {"bootstrap_servers": state.kafka_bootstrap, "partitions": PARTITIONS},
-            "batch": {"bytes": 8 << 20, "ms": batch_ms},
-            "ring_size": 4,
-        },
-        "topics": [{"name": "bench-kafka-ingest"}],
-    }
+    store = benchlib.storage_config(
+        "s3", bucket=state.bucket, endpoint=state.s3_endpoint, max_connections=8
+    )
+    return benchlib.broker_config(
+        state, "bench-kafka-listener", store, [{"name": "bench-kafka-ingest"}],
+        partitions=PARTITIONS, batch={"bytes": 8 << 20, "ms": batch_ms},
+        topic_defaults={"ring_size": 4},
+        kafka_listener={"port": 0, **({"partitions": partitions} if partitions else {})},
+        upload_threads=8,
+    )  # fmt: skip
 
 
 def drive(

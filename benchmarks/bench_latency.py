@@ -51,24 +51,8 @@ def points(quick: bool) -> list[dict[str, Any]]:
 
 
 def broker_cfg(state: Any, topics: list[dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "broker_id": "bench-latency",
-        "cluster": "bench",
-        "port": 0,
-        "http_port": 0,
-        "topic_defaults": {
-            "storage": {
-                "type": "s3",
-                "s3": {
-                    "bucket": state.bucket,
-                    "endpoint_url": state.s3_endpoint,
-                    "region": "us-east-1",
-                },
-            },
-            "notification": {"bootstrap_servers": state.kafka_bootstrap, "partitions": 2},
-        },
-        "topics": topics,
-    }
+    store = benchlib.storage_config("s3", bucket=state.bucket, endpoint=state.s3_endpoint)
+    return benchlib.broker_config(state, "bench-latency", store, topics, partitions=2)
 
 
 def _point(

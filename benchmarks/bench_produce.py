@@ -67,30 +67,14 @@ KAFKA_CONF: dict[str, Any] = {
 
 
 def broker_cfg(state: Any, storage: str, root: str, bucket: str) -> dict[str, Any]:
-    store: dict[str, Any] = {"type": storage}
-    if storage == "s3":
-        store["s3"] = {
-            "bucket": bucket,
-            "endpoint_url": state.s3_endpoint,
-            "region": "us-east-1",
-            "max_connections": RING * 2,
-        }
-    elif storage == "filesystem":
-        store["filesystem"] = {"root": root}
-    return {
-        "broker_id": f"bench-{storage}",
-        "cluster": "bench",
-        "port": 0,
-        "http_port": 0,
-        "upload_threads": RING * 2,
-        "topic_defaults": {
-            "storage": store,
-            "notification": {"bootstrap_servers": state.kafka_bootstrap, "partitions": 4},
-            "batch": {"bytes": BATCH_BYTES, "ms": 1000},
-            "ring_size": RING,
-        },
-        "topics": [{"name": "bench"}],
-    }
+    store = benchlib.storage_config(
+        storage, bucket=bucket, endpoint=state.s3_endpoint, root=root, max_connections=RING * 2
+    )
+    return benchlib.broker_config(
+        state, f"bench-{storage}", store, [{"name": "bench"}],
+        partitions=4, batch={"bytes": BATCH_BYTES, "ms": 1000},
+        topic_defaults={"ring_size": RING}, upload_threads=RING * 2,
+    )  # fmt: skip
 
 
 def _s3(state: Any) -> Any:

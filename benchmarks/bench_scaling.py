@@ -42,19 +42,10 @@ BROKERS = (1, 3)
 
 
 def broker_cfg(state: Any, name: str, root: str) -> dict[str, Any]:
-    return {
-        "broker_id": name,
-        "cluster": "bench",
-        "port": 0,
-        "http_port": 0,
-        "topic_defaults": {
-            "storage": {"type": "filesystem", "filesystem": {"root": root}},
-            "notification": {"bootstrap_servers": state.kafka_bootstrap, "partitions": 4},
-            "batch": {"bytes": 8 << 20, "ms": 500},
-            "ring_size": 4,
-        },
-        "topics": [{"name": "scale"}],
-    }
+    return benchlib.broker_config(
+        state, name, benchlib.storage_config("filesystem", root=root), [{"name": "scale"}],
+        partitions=4, batch={"bytes": 8 << 20, "ms": 500}, topic_defaults={"ring_size": 4},
+    )  # fmt: skip
 
 
 def _producer(

@@ -49,31 +49,15 @@ RECORD = 1024
 
 
 def broker_cfg(state: Any, storage: str, idempotent: bool = True) -> dict[str, Any]:
-    store: dict[str, Any] = {"type": storage}
-    if storage == "s3":
-        store["s3"] = {
-            "bucket": state.bucket,
-            "endpoint_url": state.s3_endpoint,
-            "region": "us-east-1",
-        }
-    notification: dict[str, Any] = {"bootstrap_servers": state.kafka_bootstrap, "partitions": 1}
-    if not idempotent:
-        # Isolates the local Kafka's idempotent-produce cost (see the module docstring).
-        notification["producer"] = {"enable.idempotence": False}
-    return {
-        "broker_id": f"topics-{storage}",
-        "cluster": "bench",
-        "port": 0,
-        "http_port": 0,
-        "auto_create_topics": True,
-        "memory_limit_bytes": 1 << 30,
-        "topic_defaults": {
-            "storage": store,
-            # One read partition per topic: what a trickle topic's owner would choose.
-            "notification": notification,
-            "batch": {"bytes": 8 * MiB, "ms": 1000},
-        },
-    }
+    store = benchlib.storage_config(storage, bucket=state.bucket, endpoint=state.s3_endpoint)
+    # Not idempotent: isolates the local Kafka's idempotent-produce cost (module docstring).
+    producer = {} if idempotent else {"producer": {"enable.idempotence": False}}
+    return benchlib.broker_config(
+        # One read partition per topic: what a trickle topic's owner would choose.
+        state, f"topics-{storage}", store, None, partitions=1, notification=producer,
+        batch={"bytes": 8 * MiB, "ms": 1000},
+        auto_create_topics=True, memory_limit_bytes=1 << 30,
+    )  # fmt: skip
 
 
 def rss_bytes(pid: int) -> int:

@@ -52,6 +52,62 @@ def spread(values: list[float]) -> dict[str, float]:
     return {"min": min(values), "median": statistics.median(values), "max": max(values)}
 
 
+def storage_config(
+    kind: str,
+    *,
+    bucket: str | None = None,
+    endpoint: str | None = None,
+    root: str | None = None,
+    **s3: Any,
+) -> dict[str, Any]:
+    """A topic's ``storage`` section: ``s3`` (``bucket`` at ``endpoint``, region
+    us-east-1, plus any other S3 keys), ``filesystem`` under ``root``, or ``devnull``."""
+    store: dict[str, Any] = {"type": kind}
+    if kind == "s3":
+        store["s3"] = {"bucket": bucket, "endpoint_url": endpoint, "region": "us-east-1", **s3}
+    elif kind == "filesystem":
+        store["filesystem"] = {"root": root}
+    return store
+
+
+def broker_config(
+    state: StackState,
+    broker_id: str,
+    storage: dict[str, Any],
+    topics: list[dict[str, Any]] | None,
+    *,
+    partitions: int,
+    batch: dict[str, Any] | None = None,
+    cluster: str = "bench",
+    notification: dict[str, Any] | None = None,
+    topic_defaults: dict[str, Any] | None = None,
+    **broker: Any,
+) -> dict[str, Any]:
+    """One benchmark broker's configuration: ephemeral ports, the stack's Kafka for
+    notifications (``partitions`` each, plus ``notification`` keys), ``storage`` and
+    ``batch`` (``{"bytes": .., "ms": ..}``) as topic defaults (plus ``topic_defaults``
+    keys such as ``ring_size``), and any other broker keys."""
+    defaults: dict[str, Any] = {
+        "storage": storage,
+        "notification": {
+            "bootstrap_servers": state.kafka_bootstrap,
+            "partitions": partitions,
+            **(notification or {}),
+        },
+        **({"batch": batch} if batch is not None else {}),
+        **(topic_defaults or {}),
+    }
+    return {
+        "broker_id": broker_id,
+        "cluster": cluster,
+        "port": 0,
+        "http_port": 0,
+        **broker,
+        "topic_defaults": defaults,
+        **({"topics": topics} if topics is not None else {}),
+    }
+
+
 def log_records(n: int, size: int, seed: int = 1) -> list[bytes]:
     """``n`` log-like values of ``size`` bytes (partly compressible, like real logs)."""
     rng = random.Random(seed)

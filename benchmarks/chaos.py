@@ -79,37 +79,18 @@ RING_BYTES = 3 * 4 * MiB  # ring_size x batch.bytes
 
 
 def broker_cfg(name: str, state: Any, s3_url: str, chroot: str) -> dict[str, Any]:
-    return {
-        "broker_id": name,
-        "cluster": "chaos",
-        "port": 0,
-        "http_port": 0,
-        "shutdown_timeout_s": 20,
-        "zookeeper": {"connect": state.zk_connect, "chroot": chroot, "session_timeout_ms": 6000},
-        "topic_defaults": {
-            "storage": {
-                "type": "s3",
-                "s3": {
-                    "bucket": state.bucket,
-                    "endpoint_url": s3_url,
-                    "region": "us-east-1",
-                    "attempts": 5,
-                    "backoff_ms": 50,
-                    "backoff_max_ms": 1000,
-                    "deadline_ms": 20_000,
-                    "connect_timeout_ms": 2_000,
-                    "read_timeout_ms": 4_000,
-                },
-            },
-            "notification": {
-                "bootstrap_servers": state.kafka_bootstrap,
-                "partitions": 4,
-                "delivery_timeout_ms": 20_000,
-            },
-            "batch": {"bytes": 4 * MiB, "ms": 300},
-            "ring_size": 3,
-        },
-    }
+    store = benchlib.storage_config(
+        "s3", bucket=state.bucket, endpoint=s3_url, attempts=5, backoff_ms=50,
+        backoff_max_ms=1000, deadline_ms=20_000, connect_timeout_ms=2_000,
+        read_timeout_ms=4_000,
+    )  # fmt: skip
+    return benchlib.broker_config(
+        state, name, store, None, cluster="chaos",
+        partitions=4, notification={"delivery_timeout_ms": 20_000},
+        batch={"bytes": 4 * MiB, "ms": 300}, topic_defaults={"ring_size": 3},
+        shutdown_timeout_s=20,
+        zookeeper={"connect": state.zk_connect, "chroot": chroot, "session_timeout_ms": 6000},
+    )  # fmt: skip
 
 
 class Load:
