@@ -11,7 +11,7 @@ help:
 	@echo "make demo   set up .venv, start the local stack, run the end-to-end demo, stop the stack"
 	@echo "make test   set up .venv, run ruff, import-linter, mypy and the whole pytest suite (real local servers)"
 	@echo "make chaos  fault-injection suite, hostile-client soak, overload, decoder fuzzing"
-	@echo "make bench  run the benchmark suite (~45 min; writes benchmarks/results/report.md, topics.json)"
+	@echo "make bench  run the benchmark suite (~50 min; writes benchmarks/results/report.md, topics.json, kafka_ingest.json)"
 	@echo "make clean  remove .venv, caches and the local stack's state"
 
 $(STAMP): pyproject.toml
@@ -71,6 +71,7 @@ integration: install
 bench: install
 	$(BIN)/memq bench
 	$(BIN)/python benchmarks/bench_topics.py --reps 3
+	$(BIN)/python benchmarks/bench_kafka_ingest.py --reps 3
 
 FUZZ_SECONDS ?= 120
 chaos: install

@@ -26,7 +26,7 @@ acknowledged (benchlib.cpu_seconds).
 
 Writes ``benchmarks/results/kafka_ingest.json``.
 
-    python benchmarks/bench_kafka_ingest.py [--quick] [--seconds S] [--out PATH]
+    python benchmarks/bench_kafka_ingest.py [--quick] [--seconds S] [--reps N] [--out PATH]
 """
 
 from __future__ import annotations
@@ -66,9 +66,11 @@ VARIANTS = (
 )
 
 
-def broker_cfg(state: Any, batch_ms: int, partitions: int | None = None) -> dict[str, Any]:
+def broker_cfg(
+    state: Any, batch_ms: int, partitions: int | None = None, bucket: str | None = None
+) -> dict[str, Any]:
     store = benchlib.storage_config(
-        "s3", bucket=state.bucket, endpoint=state.s3_endpoint, max_connections=8
+        "s3", bucket=bucket or state.bucket, endpoint=state.s3_endpoint, max_connections=8
     )
     return benchlib.broker_config(
         state, "bench-kafka-listener", store, [{"name": "bench-kafka-ingest"}],
@@ -179,9 +181,14 @@ def _memq(
     warmup: float,
     seconds: float,
 ) -> Any:
-    cfg = broker_cfg(state, batch_ms, partitions)
     name = f"bench-kafka-listener-{partitions}"
-    with benchlib.broker_process(state, name, cfg) as info:
+    # each run on an empty moto: the objects of earlier runs (GiBs) slow it down
+    with (
+        benchlib.fresh_bucket(state, "bench-kafka-ingest") as bucket,
+        benchlib.broker_process(
+            state, name, broker_cfg(state, batch_ms, partitions, bucket)
+        ) as info,
+    ):
         eprint(f"MemQ Kafka listener {info['kafka']} ({partitions or PARTITIONS} partitions): "
                f"{seconds:.0f} s window")  # fmt: skip
         others = {"s3": state.services["s3"].pid, "kafka": state.services["kafka"].pid}
@@ -203,30 +210,64 @@ def _sealed_by_trigger(http: str) -> dict[str, int]:
     return out
 
 
-def run(seconds: float, warmup: float, batch_ms: int) -> dict[str, Any]:
+def run(seconds: float, warmup: float, batch_ms: int, reps: int = 1) -> dict[str, Any]:
+    """Every variant ``reps`` times in turn on one stack. The variants' entries are the
+    last repetition's; each ratio is computed within a repetition, and ``ratio_MBps`` /
+    ``ratio_MBps_16p`` are the medians (``ratios`` has min / median / max)."""
     from memq.storage_handlers.kafka_sink import ensure_topic
 
+    runs: list[dict[str, Any]] = []
     with benchlib.private_stack() as state:
         kafka = state.services["kafka"]
         tansu_pid = kafka.process.pid if kafka.process is not None else None
-        memq = _memq(state, batch_ms, None, warmup, seconds)
-        memq16 = _memq(state, batch_ms, 16, warmup, seconds)
         topic = "bench-kafka-ingest-direct"
         ensure_topic(state.kafka_bootstrap, topic, PARTITIONS)
-        eprint(f"Kafka-protocol broker {state.kafka_bootstrap}: {seconds:.0f} s window")
-        direct = drive(state.kafka_bootstrap, topic, tansu_pid, warmup, seconds)
+        for rep in range(reps):
+            eprint(f"repetition {rep + 1}/{reps}")
+            memq = _memq(state, batch_ms, None, warmup, seconds)
+            memq16 = _memq(state, batch_ms, 16, warmup, seconds)
+            eprint(f"Kafka-protocol broker {state.kafka_bootstrap}: {seconds:.0f} s window")
+            direct = drive(state.kafka_bootstrap, topic, tansu_pid, warmup, seconds)
+            runs.append(
+                {
+                    "memq_kafka_listener": memq,
+                    "memq_kafka_listener_16p": memq16,
+                    "kafka_direct": direct,
+                    "ratio_MBps": _ratio(memq, direct),
+                    "ratio_MBps_16p": _ratio(memq16, direct),
+                }
+            )
+    ratios = {
+        key: benchlib.spread([r[key] for r in runs])
+        if all(r[key] is not None for r in runs)
+        else None
+        for key in ("ratio_MBps", "ratio_MBps_16p")
+    }
     return {
         "benchmark": "kafka_ingest",
         "machine": benchlib.machine(),
         "record_bytes": RECORD,
         "memq_batch_ms": batch_ms,
         "producer": PRODUCER,
-        "memq_kafka_listener": memq,
-        "memq_kafka_listener_16p": memq16,
-        "kafka_direct": direct,
-        "ratio_MBps": round(memq["MBps"] / direct["MBps"], 2) if direct["MBps"] else None,
-        "ratio_MBps_16p": round(memq16["MBps"] / direct["MBps"], 2) if direct["MBps"] else None,
-    }
+        "reps": reps,
+        **{name: runs[-1][name] for name in VARIANTS},
+        "ratio_MBps": ratios["ratio_MBps"]["median"] if ratios["ratio_MBps"] else None,
+        "ratio_MBps_16p": ratios["ratio_MBps_16p"]["median"] if ratios["ratio_MBps_16p"] else None,
+        "ratios": ratios,
+        "runs": [
+            {
+                **{name: {k: r[name][k] for k in ("MBps", "ack_p99_ms", "rtt_p99_ms")}
+                   for name in VARIANTS},
+                "ratio_MBps": r["ratio_MBps"],
+                "ratio_MBps_16p": r["ratio_MBps_16p"],
+            }
+            for r in runs
+        ],
+    }  # fmt: skip
+
+
+def _ratio(memq: dict[str, Any], direct: dict[str, Any]) -> float | None:
+    return round(memq["MBps"] / direct["MBps"], 2) if direct["MBps"] else None
 
 
 def print_table(doc: dict[str, Any]) -> None:
@@ -242,7 +283,18 @@ def print_table(doc: dict[str, Any]) -> None:
         by = doc[name].get("cpu_s_per_GiB_by_process") or {}
         print(f"{name:31} other processes, CPU s/GiB: "
               + ", ".join(f"{k} {v:.2f}" for k, v in by.items()))  # fmt: skip
-    print(f"MemQ / direct throughput: {doc['ratio_MBps']} (16 partitions: {doc['ratio_MBps_16p']})")
+    if doc["reps"] > 1:
+        for i, r in enumerate(doc["runs"], 1):
+            print(f"repetition {i}: " + ", ".join(f"{n} {r[n]['MBps']:.1f} MB/s" for n in VARIANTS)
+                  + f"; ratio {r['ratio_MBps']} (16 partitions {r['ratio_MBps_16p']})")  # fmt: skip
+        q = doc["ratios"]
+        print("MemQ / direct throughput, min / median / max: "
+              + " (16 partitions: ".join(
+                  f"{x['min']} / {x['median']} / {x['max']}" if x else "-"
+                  for x in (q["ratio_MBps"], q["ratio_MBps_16p"])) + ")")  # fmt: skip
+    else:
+        print(f"MemQ / direct throughput: {doc['ratio_MBps']} "
+              f"(16 partitions: {doc['ratio_MBps_16p']})")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -250,10 +302,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="smoke mode: a 3 s window")
     ap.add_argument("--seconds", type=float, default=None, help="steady-state window (20)")
     ap.add_argument("--batch-ms", type=int, default=50, help="MemQ's batch.ms (50)")
+    ap.add_argument("--reps", type=int, default=1, help="repetitions of every variant (1)")
     ap.add_argument("--out", type=Path, default=benchlib.RESULTS / "kafka_ingest.json")
     args = ap.parse_args(argv)
+    if args.reps < 1:
+        raise SystemExit("--reps must be at least 1")
     seconds = args.seconds or (3.0 if args.quick else 20.0)
-    doc = run(seconds, warmup=1.0 if args.quick else 5.0, batch_ms=args.batch_ms)
+    doc = run(seconds, warmup=1.0 if args.quick else 5.0, batch_ms=args.batch_ms, reps=args.reps)
     print_table(doc)
     benchlib.write_result(doc, args.out)
     failed = sum(doc[name]["failed"] for name in VARIANTS if name != "kafka_direct")

@@ -89,15 +89,6 @@ def _s3(state: Any) -> Any:
     )
 
 
-def _drop_bucket(client: Any, bucket: str) -> None:
-    """Free moto's memory: a 20 s window at full speed leaves GiBs of objects."""
-    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket):
-        keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
-        for i in range(0, len(keys), 1000):
-            client.delete_objects(Bucket=bucket, Delete={"Objects": keys[i : i + 1000]})
-    client.delete_bucket(Bucket=bucket)
-
-
 class _Latency:
     """Ack latency, sampled on every 16th ack to keep the callback cheap."""
 
@@ -211,7 +202,7 @@ def run_memq(
     finally:
         shutil.rmtree(root, ignore_errors=True)  # a 20 s window writes GiBs here
         if client is not None:
-            _drop_bucket(client, bucket)
+            benchlib.drop_bucket(client, bucket)
     puts = after.get("memq_upload_seconds_count", 0) - before.get("memq_upload_seconds_count", 0)
     total = counter.bytes
     out.update(
@@ -299,7 +290,7 @@ def run_s3_puts(state: Any, pool: list[bytes], quick: bool) -> dict[str, Any]:
     try:
         out = benchlib.steady_state(load, counter, benchlib.stack_pids(state), quick)
     finally:
-        _drop_bucket(client, bucket)
+        benchlib.drop_bucket(client, bucket)
     out.update(name="s3-raw-put (baseline b)", concurrency=RING, object_bytes=BATCH_BYTES)
     return out
 

@@ -21,7 +21,7 @@ def test_bench_kafka_ingest_quick(tmp_path: Path, memq_stack: StackState) -> Non
            "MEMQ_ZK_CONNECT": memq_stack.zk_connect}  # fmt: skip
     proc = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "bench_kafka_ingest.py"), "--quick",
-         "--out", str(out)],
+         "--reps", "2", "--out", str(out)],
         capture_output=True, text=True, timeout=600, check=False, env=env, cwd=ROOT,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -32,3 +32,12 @@ def test_bench_kafka_ingest_quick(tmp_path: Path, memq_stack: StackState) -> Non
         assert r["ack_p99_ms"] >= r["ack_p50_ms"] > 0
     assert doc["memq_kafka_listener"]["server_cpu_s_per_GiB"] > 0
     assert "MemQ / direct throughput" in proc.stdout
+    # two repetitions, each with its own ratio; the summary spans them
+    assert len(doc["runs"]) == 2
+    ratios = [r["ratio_MBps"] for r in doc["runs"]]
+    assert doc["ratios"]["ratio_MBps"] == {
+        "min": min(ratios),
+        "median": sum(ratios) / 2,
+        "max": max(ratios),
+    }
+    assert doc["ratio_MBps"] == doc["ratios"]["ratio_MBps"]["median"]
