@@ -3,7 +3,10 @@
 A fetched object becomes :class:`Current`; its records are taken in order. With dedup on
 (``dedup.enable``), a :class:`Deduplicator` first drops the object's blocks that were
 already handed out (whole blocks: a block is the unit of retry), and a block is
-remembered only once its last record was taken. A block left midway because its
+remembered only once its last record was taken. Two objects can be in progress at once
+(one of a paused partition, parked midway, and one of another partition) and hold copies
+of the same block: the first to hand it out wins, and the other drops its copy, whole,
+when it gets to it. A block left midway because its
 partition was revoked or lost (possible while the partition is paused with an object in
 progress) is remembered as such: when it comes again, the records already handed out
 are dropped. One left midway by a seek or close() is handed out again, whole, when it
@@ -41,6 +44,7 @@ class Tracked:
     """A kept block of the current object: its records are ``messages[start:end]``."""
 
     block: BlockId
+    index: int  # in the object
     start: int
     end: int
 
@@ -121,7 +125,7 @@ class Deduplicator:
             length = sum(b - a for a, b in runs)
             if not length:  # (every record of it was handed out)
                 continue
-            tracked.append(Tracked(bid, pos_out, pos_out + length))
+            tracked.append(Tracked(bid, sp.block, pos_out, pos_out + length))
             pos_out += length
             kept.extend(runs)
         if dropped or trimmed:
@@ -140,6 +144,15 @@ class Deduplicator:
         self._partial[block] = (first, end)
         while len(self._partial) > self.window.producers:
             del self._partial[next(iter(self._partial))]
+
+    def taken_meanwhile(self, t: Tracked) -> bool:
+        """Whether ``t``, kept when its object was fetched, was handed out since by
+        another object in progress (then it is dropped here, and counted)."""
+        if self.window.verdict(t.block, self._now()) is not Verdict.DUPLICATE:
+            return False
+        self._stats.duplicate_blocks_dropped += 1
+        self._stats.duplicate_records_dropped += t.end - t.start
+        return True
 
     def handed_out(self, block: BlockId) -> None:
         self.window.remember(block, self._now())
@@ -192,32 +205,67 @@ class Current:
         self._next = 0  # first tracked block not yet fully handed out
         self._dedup = dedup
 
-    def _advance(self, n: int) -> tuple[int, int]:
-        """Hand out up to ``n`` more records: their index range."""
+    def _advance(self, n: int) -> list[tuple[int, int]]:
+        """Hand out up to ``n`` more records: their index ranges (one, unless a block in
+        between was handed out meanwhile by another object in progress)."""
         pos = self.pos
-        end = pos + min(n, len(self.messages) - pos)
-        self.pos = end
-        if self._dedup is not None:
-            tracked = self._tracked
-            while self._next < len(tracked) and tracked[self._next].end <= end:
-                self._dedup.handed_out(tracked[self._next].block)
-                self._next += 1
-        return pos, end
+        total = len(self.messages)
+        limit = pos + min(n, total - pos)
+        dedup = self._dedup
+        if dedup is None:
+            self.pos = limit
+            return [(pos, limit)]
+        runs: list[tuple[int, int]] = []
+        tracked = self._tracked
+        while pos < limit:
+            if self._next >= len(tracked):  # (every record is in a kept block)
+                stop = limit
+            else:
+                t = tracked[self._next]
+                if pos == t.start and dedup.taken_meanwhile(t):
+                    self._drop_copy(t)
+                    self._next += 1
+                    pos = t.end
+                    limit = min(limit + (t.end - t.start), total)
+                    continue
+                stop = min(limit, t.end)
+                if stop == t.end:
+                    dedup.handed_out(t.block)
+                    self._next += 1
+            if runs and runs[-1][1] == pos:
+                runs[-1] = (runs[-1][0], stop)
+            else:
+                runs.append((pos, stop))
+            pos = stop
+        self.pos = pos
+        return runs
+
+    def _drop_copy(self, t: Tracked) -> None:
+        """Audit block ``t`` as a dropped copy, not as consumed."""
+        p = self.pending
+        for i, b in enumerate(p.blocks):
+            if b.index == t.index:
+                p.copies.append(b)
+                del p.blocks[i]
+                return
 
     def take(self, n: int) -> list[Message]:
         """Up to ``n`` more records."""
-        pos, end = self._advance(n)
+        runs = self._advance(n)
+        messages = self.messages
         with gc_paused():  # (one tuple per record: no young-generation collections)
-            out = self.messages[pos:end]
-        return out if isinstance(out, list) else list(out)
+            if len(runs) == 1:
+                pos, end = runs[0]
+                out = messages[pos:end]
+                return out if isinstance(out, list) else list(out)
+            return [m for a, b in runs for m in messages[a:b]]
 
     def take_chunks(self, n: int) -> list[Chunk]:
         """Up to ``n`` more records, as column chunks (no per-record objects)."""
         messages = self.messages
         if not isinstance(messages, Records):  # (made of ready messages: tests, fakes)
             messages = self.messages = Records.of(messages)
-        pos, end = self._advance(n)
-        return messages.between(pos, end)
+        return [c for a, b in self._advance(n) for c in messages.between(a, b)]
 
     @property
     def exhausted(self) -> bool:

@@ -21,6 +21,7 @@ from memq.consumer.dedup import DedupWindow
 from memq.consumer.fetcher import Start, _decode, fetch_object
 from memq.consumer.handout import Current, Deduplicator
 from memq.consumer.message import Chunk, Message, RecordBatch, Records
+from memq.consumer.pending import Pending
 from memq.errors import CorruptObjectError, MalformedError
 from memq.formats import Compression, encode_batch, encode_block
 from memq.formats.batch import decode_batch, decode_batch_header
@@ -39,6 +40,11 @@ from memq.formats.notification import Notification
 from tests.unit.strategies import compressions, record_lists
 
 VEC = Path(__file__).parent.parent / "vectors"
+
+
+def pending() -> Pending:
+    """A queue entry for a :class:`Current` made by hand (its audit lists only)."""
+    return Pending(("n", 0), 0, None, None, None)
 
 
 def reference_columns(recs: tuple[Any, ...], header: BlockHeader) -> Any:
@@ -283,7 +289,7 @@ def test_take_chunks_hands_out_what_take_does_with_dedup() -> None:
             recs = _decode(obj, header, 0, 0, note_for(obj), 0, 0, Start(), None, spans)
             adm = d.admit("t", recs, spans)
             assert isinstance(adm.messages, Records)
-            cur = Current(None, adm.messages, adm.tracked, d)  # type: ignore[arg-type]
+            cur = Current(pending(), adm.messages, adm.tracked, d)
             for n in (3, 4, 100):
                 if columns:
                     got += RecordBatch(cur.take_chunks(n)).messages()
@@ -301,7 +307,7 @@ def test_take_chunks_hands_out_what_take_does_with_dedup() -> None:
 
 def test_take_chunks_of_ready_messages() -> None:
     msgs = [Message("t", 0, 0, 0, r, r, None, b"v%d" % r, None, 1, 0, 0, "k") for r in range(4)]
-    cur = Current(None, list(msgs))  # type: ignore[arg-type]
+    cur = Current(pending(), list(msgs))
     assert RecordBatch(cur.take_chunks(3)).messages() == msgs[:3]
     assert cur.take(5) == msgs[3:]
 

@@ -17,6 +17,7 @@ from memq.consumer.dedup import BlockId, DedupWindow, Verdict
 from memq.consumer.fetcher import BlockSpan
 from memq.consumer.handout import Current, Deduplicator
 from memq.consumer.message import Message
+from memq.consumer.pending import Pending
 
 
 @dataclass
@@ -137,6 +138,11 @@ def test_every_recent_block_is_caught_in_any_arrival_order(order: list[int], blo
     assert w.verdict(BlockId("t", 1, 1, 0), 0) is Verdict.NEW  # a new epoch
 
 
+def pending() -> Pending:
+    """A queue entry for a :class:`Current` made by hand (its audit lists only)."""
+    return Pending(("n", 0), 0, None, None, None)
+
+
 def test_consecutive_blocks_cost_one_run() -> None:
     w = DedupWindow(blocks=10_000, producers=10, window_ms=10**9)
     for s in range(50_000):
@@ -208,7 +214,7 @@ def make_dedup(blocks: int = 100) -> tuple[Deduplicator, Counters]:
 def hand_out(d: Deduplicator, blocks: list[tuple[int, int, int]], take: int = 1 << 30) -> Any:
     msgs, spans = fetched(blocks)
     adm = d.admit("t", msgs, spans)
-    cur = Current(None, adm.messages, adm.tracked, d)  # type: ignore[arg-type]
+    cur = Current(pending(), adm.messages, adm.tracked, d)
     return adm, cur.take(take)
 
 
@@ -228,6 +234,32 @@ def test_a_block_is_remembered_only_once_all_its_records_were_taken() -> None:
     assert len(got) == 4
     _, got = hand_out(d, [(1, 0, 2), (1, 1, 3)])
     assert [m.block for m in got] == [1, 1, 1]  # block 0 dropped, block 1 whole again
+
+
+@pytest.mark.parametrize("chunks", [False, True])
+def test_a_block_handed_out_meanwhile_by_another_object_is_dropped_when_reached(
+    chunks: bool,
+) -> None:
+    """Two objects in progress hold the same block (kept when each was fetched): the
+    one that gets to it second drops it, whole, and hands out what surrounds it."""
+    d, stats = make_dedup()
+    blocks = [(1, 0, 2), (1, 1, 3), (1, 2, 2)]
+    msgs, spans = fetched(blocks)
+    adm = d.admit("t", msgs, spans)
+    parked = Current(pending(), adm.messages, adm.tracked, d)
+    assert len(parked.take(1)) == 1
+    _, got = hand_out(d, [(1, 1, 3)])  # another object hands block 1 out meanwhile
+    assert len(got) == 3
+
+    def take(n: int) -> list[bytes]:
+        if not chunks:
+            return [m.value for m in parked.take(n)]
+        return [v for c in parked.take_chunks(n) for v in c.values]
+
+    assert take(2) == [b"1/0/1", b"1/2/0"]  # up to 2 records: block 1 is stepped over
+    assert take(5) == [b"1/2/1"]
+    assert parked.exhausted
+    assert (stats.duplicate_blocks_dropped, stats.duplicate_records_dropped) == (1, 3)
 
 
 def test_an_object_with_nothing_dropped_is_not_copied() -> None:

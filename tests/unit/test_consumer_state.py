@@ -312,6 +312,39 @@ def test_dedup_a_block_older_than_the_window_is_delivered_and_counted(harnesses:
     assert (s.dedup_out_of_window, s.duplicate_blocks_dropped) == (1, 1)
 
 
+def test_dedup_a_block_in_a_paused_partitions_object_is_handed_out_once(harnesses: Any) -> None:
+    """Two objects in progress with the same block (one parked midway, its partition
+    paused): the first to hand the block out wins, the other drops its copy when it
+    gets to it (it was kept when its object was fetched)."""
+    h = harnesses(partitions=2, config=MANUAL, audit=True)
+    b1, b2 = h.block(records=1), h.block(records=1)
+    first = h.publish(1, [b1, b2])
+    h.assign(0, 1)
+    h.consume_until(1)  # b1; b2 waits in partition 1's object
+    h.consumer.pause([(TOPIC, 1)])
+    h.republish(0, first)  # b1 and b2 again, on a partition not paused
+    wait_until(lambda: h.consume(10, 0.01) is not None and h.idle())  # the copy is done
+    assert [m.value for m in h.delivered] == b1.values + b2.values
+    h.consumer.commit()
+    h.check_commits()
+    h.consumer.resume([(TOPIC, 1)])
+    h.drain()
+    assert [m.value for m in h.delivered] == b1.values + b2.values  # nothing more
+    assert h.consumer.stats.duplicate_blocks_dropped == 2
+    assert h.spy is not None
+    audited = sorted((r["kind"], r["key"], r["sequence"]) for r in h.spy.records)
+    copy = first.key  # (both notifications point at the same object)
+    assert audited == [
+        ("consumed", copy, 0),
+        ("consumed", copy, 1),
+        ("dropped", copy, 0),
+        ("dropped", copy, 1),
+    ]
+    h.consumer.commit()
+    h.check_commits()
+    assert h.kafka.committed == {tp(0): 1, tp(1): 1}
+
+
 def values_of(blocks: list[Block]) -> list[bytes]:
     return [v for b in blocks for v in b.values]
 
