@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 help:
 	@echo "make demo   set up .venv, start the local stack, run the end-to-end demo, stop the stack"
 	@echo "make test   set up .venv, run ruff, import-linter, mypy and the whole pytest suite (real local servers)"
-	@echo "make chaos  fault-injection suite, hostile-client soak, overload, decoder fuzzing"
+	@echo "make chaos  fault-injection suite, hostile-client soak, overload, consumer state scripts, decoder fuzzing"
 	@echo "make bench  run the benchmark suite (~50 min; writes benchmarks/results/report.md, topics.json, kafka_ingest.json)"
 	@echo "make clean  remove .venv, caches and the local stack's state"
 
@@ -78,6 +78,8 @@ chaos: install
 	$(BIN)/python benchmarks/chaos.py
 	$(BIN)/python benchmarks/chaos.py --no-dedup --out benchmarks/results/chaos-no-dedup.json
 	$(BIN)/python benchmarks/bench_hostile.py
+	MEMQ_STATE_EXAMPLES=2000 $(BIN)/python -m pytest -q -p no:cacheprovider \
+		tests/unit/test_consumer_state.py -k property
 	@for t in frame stream block batch notification audit kafka; do \
 		echo "fuzzing $$t for $(FUZZ_SECONDS) s"; \
 		(cd $$(mktemp -d) && $(CURDIR)/$(BIN)/python $(CURDIR)/tests/fuzz/fuzz_decoders.py $$t \

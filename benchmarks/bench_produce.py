@@ -30,6 +30,8 @@ filesystem >= 1.0x (a); s3 >= 0.8x (b); S3 PUTs per GiB <= 1.1 x (1 GiB / batch.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import queue
 import shutil
 import sys
@@ -124,15 +126,18 @@ def run_memq(
     from memq.producer.producer import BufferFullError
 
     root = tempfile.mkdtemp(prefix="memq-bench-fs-")
-    bucket = f"bench-produce-{uuid.uuid4().hex[:8]}"
-    client = _s3(state) if storage == "s3" else None
-    if client is not None:
-        client.create_bucket(Bucket=bucket)
     counter, lat = Counter(), _Latency()
     try:
-        with benchlib.broker_process(
-            state, f"bench-{storage}", broker_cfg(state, storage, root, bucket)
-        ) as info:
+        with (
+            (
+                benchlib.fresh_bucket(state, "bench-produce")
+                if storage == "s3"
+                else contextlib.nullcontext("unused")
+            ) as bucket,
+            benchlib.broker_process(
+                state, f"bench-{storage}", broker_cfg(state, storage, root, bucket)
+            ) as info,
+        ):
             p = Producer(
                 {
                     "bootstrap.servers": info["endpoint"],
@@ -201,8 +206,6 @@ def run_memq(
             rss = benchlib.peak_rss_bytes(info["pid"])
     finally:
         shutil.rmtree(root, ignore_errors=True)  # a 20 s window writes GiBs here
-        if client is not None:
-            benchlib.drop_bucket(client, bucket)
     puts = after.get("memq_upload_seconds_count", 0) - before.get("memq_upload_seconds_count", 0)
     total = counter.bytes
     out.update(
@@ -269,12 +272,10 @@ def run_s3_puts(state: Any, pool: list[bytes], quick: bool) -> dict[str, Any]:
     keeps at most 16 x 8 MiB)."""
     body = (b"".join(pool) * (BATCH_BYTES // max(1, sum(map(len, pool))) + 1))[:BATCH_BYTES]
     client = _s3(state)
-    bucket = f"bench-raw-{uuid.uuid4().hex[:8]}"
-    client.create_bucket(Bucket=bucket)
     counter = Counter()
     seq = iter(range(1 << 62))
 
-    def load(stop: threading.Event) -> None:
+    def load(stop: threading.Event, bucket: str) -> None:
         def worker() -> None:
             while not stop.is_set():
                 i = next(seq)
@@ -287,10 +288,10 @@ def run_s3_puts(state: Any, pool: list[bytes], quick: bool) -> dict[str, Any]:
         for t in ts:
             t.join(600)
 
-    try:
-        out = benchlib.steady_state(load, counter, benchlib.stack_pids(state), quick)
-    finally:
-        benchlib.drop_bucket(client, bucket)
+    with benchlib.fresh_bucket(state, "bench-raw") as bucket:
+        out = benchlib.steady_state(
+            functools.partial(load, bucket=bucket), counter, benchlib.stack_pids(state), quick
+        )
     out.update(name="s3-raw-put (baseline b)", concurrency=RING, object_bytes=BATCH_BYTES)
     return out
 
