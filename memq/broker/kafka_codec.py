@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from io import BytesIO
 from typing import Any
 
+import google_crc32c
 from aiokafka.errors import CorruptRecordException
 from aiokafka.protocol.admin import (
     ApiVersionRequest_v0,
@@ -297,6 +298,21 @@ _CODECS = {
 }
 _LOG_OVERHEAD = 12  # base offset (8) + batch length (4)
 _MAGIC_AT = 16
+_CRC_AT = 17  # CRC-32C (4 bytes) of the batch from its attributes (byte 21) to its end
+_CRC_FROM = 21
+
+
+def _crc32c_function() -> Any:
+    """google-crc32c's C implementation (hardware CRC32C: ~0.04 ms per MiB) when its
+    wheel has one, else aiokafka's (~0.5 ms per MiB, what ``validate_crc`` uses)."""
+    if google_crc32c.implementation == "c":
+        return google_crc32c.value
+    from aiokafka.record.util import calc_crc32c
+
+    return calc_crc32c
+
+
+_crc32c = _crc32c_function()
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,8 +328,9 @@ class DecodedRecords:
     compression: Compression
 
 
-def _check_framing(data: bytes) -> int:
-    """The number of batches; MalformedError for a truncated or non-v2 record set."""
+def _check_batches(data: bytes) -> int:
+    """The number of batches; MalformedError for a truncated or non-v2 record set,
+    ChecksumError for a batch whose CRC-32C does not match."""
     pos, n, size = 0, 0, len(data)
     while pos < size:
         if size - pos < _LOG_OVERHEAD + 5:
@@ -325,7 +342,11 @@ def _check_framing(data: bytes) -> int:
             )
         if length < 49 or pos + _LOG_OVERHEAD + length > size:
             raise MalformedError(f"record batch at byte {pos} claims {length} bytes")
-        pos += _LOG_OVERHEAD + length
+        end = pos + _LOG_OVERHEAD + length
+        (crc,) = struct.unpack_from(">I", data, pos + _CRC_AT)
+        if _crc32c(data[pos + _CRC_FROM : end]) != crc:
+            raise ChecksumError("record batch CRC-32C mismatch: corrupted on the way")
+        pos = end
         n += 1
     if n == 0:
         raise MalformedError("empty record set")
@@ -338,18 +359,17 @@ def decode_records(data: bytes, now_ms: int | None = None) -> DecodedRecords:
     A null value is stored as an empty value (MemQ values are bytes). Raises
     ChecksumError for a CRC mismatch and MalformedError for anything else undecodable.
     """
-    _check_framing(data)
+    data = bytes(data)
+    _check_batches(data)  # (and their CRCs: faster than aiokafka's validate_crc)
     now = int(time.time() * 1000) if now_ms is None else now_ms
     out: list[Record] = []
     first: Any = None
     try:
-        recs = MemoryRecords(bytes(data))
+        recs = MemoryRecords(data)
         while recs.has_next():
             batch = recs.next_batch()
             if batch is None:
                 break
-            if not batch.validate_crc():
-                raise ChecksumError("record batch CRC-32C mismatch: corrupted on the way")
             if batch.is_control_batch:
                 continue
             if first is None:

@@ -118,6 +118,28 @@ def test_a_flipped_bit_is_a_checksum_error() -> None:
         decode_records(bytes(data))
 
 
+@pytest.mark.parametrize("where", ["crc", "attributes", "last byte", "second batch"])
+def test_a_corrupted_batch_anywhere_is_a_checksum_error(where: str) -> None:
+    first = batch(n=2)
+    data = bytearray(first + batch(1, n=3))
+    at = {"crc": 18, "attributes": 21, "last byte": len(first) - 1, "second batch": -2}[where]
+    data[at] ^= 0x01
+    with pytest.raises(ChecksumError, match="CRC-32C"):
+        decode_records(bytes(data))
+
+
+def test_the_crc32c_is_kafkas_and_falls_back_to_aiokafkas(monkeypatch: Any) -> None:
+    import google_crc32c
+    from aiokafka.record.util import calc_crc32c
+
+    from memq.broker import kafka_codec
+
+    data = bytes(range(256)) * 33
+    assert kafka_codec._crc32c(data) == calc_crc32c(data)
+    monkeypatch.setattr(google_crc32c, "implementation", "python")
+    assert kafka_codec._crc32c_function() is calc_crc32c
+
+
 @pytest.mark.parametrize("cut", [1, 20, 61])
 def test_a_truncated_record_set_is_malformed(cut: int) -> None:
     with pytest.raises(MalformedError):
