@@ -104,6 +104,10 @@ class KafkaHost(Protocol):
         """Note a Produce of connection ``conn`` to ``partition``."""
         ...
 
+    def connection_blocked(self, conn: int, blocked: bool) -> None:
+        """Connection ``conn`` can send no request before an answer (or can again)."""
+        ...
+
     def seal_if_stalled(self, topic: str, proc: TopicProcessor, batch: Batch) -> None:
         """Seal the open ``batch`` now when no Kafka producer of the topic can add to it."""
         ...

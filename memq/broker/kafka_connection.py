@@ -45,6 +45,10 @@ log = logging.getLogger(__name__)
 
 #: Responses a connection may owe before it stops reading requests.
 MAX_IN_FLIGHT = 32
+#: Requests an idempotent producer may have in flight per connection (Kafka's limit for
+#: ``enable.idempotence``, librdkafka's and the Java client's): with that many waiting
+#: for an answer it sends nothing more.
+IDEMPOTENT_MAX_IN_FLIGHT = 5
 
 PartitionResult = tuple[int, int, str | None]  # error code, base offset, message
 
@@ -64,7 +68,8 @@ def _produce_doc(topics: list[tuple[str, list[tuple[int, PartitionResult]]]]) ->
 
 
 def _to_block(data: bytes, fallback: tuple[int, int], partition: int) -> tuple[bytes, int, Any]:
-    """(block, record count, block id) of one partition's record set (runs off the loop)."""
+    """(block, record count, (block id, transactional, idempotent)) of one partition's
+    record set (runs off the loop)."""
     recs = decode_records(data)
     if recs.producer_id >= 0:  # idempotent: retries keep (pid, epoch, base sequence)
         bid = (
@@ -78,7 +83,7 @@ def _to_block(data: bytes, fallback: tuple[int, int], partition: int) -> tuple[b
         recs.records, producer_id=bid[0], epoch=bid[1], sequence=bid[2],
         compression=recs.compression,
     )  # fmt: skip
-    return block, len(recs.records), (bid, recs.transactional)
+    return block, len(recs.records), (bid, recs.transactional, recs.producer_id >= 0)
 
 
 class KafkaConnection:
@@ -97,6 +102,10 @@ class KafkaConnection:
         # Records of non-idempotent producers: one MemQ producer id per connection.
         self._pid = random.getrandbits(63)
         self._seq = itertools.count()
+        #: acks=-1 Produce requests not answered yet, and whether the producer is
+        #: idempotent (its record batches carry a producer id).
+        self._unanswered = 0
+        self._idempotent = False
         self.principal: str | None = None
         self._expires: float | None = None
         self._handshake = False
@@ -312,9 +321,36 @@ class KafkaConnection:
 
     # --- Produce ------------------------------------------------------------------------
 
+    def _note_unanswered(self, delta: int) -> None:
+        self._unanswered += delta
+        blocked = self._idempotent and self._unanswered >= IDEMPOTENT_MAX_IN_FLIGHT
+        self.listener.connection_blocked(id(self), blocked)
+
+    def _answered_request(self, _task: object) -> None:
+        self._note_unanswered(-1)
+
     async def _produce(self, req: KafkaRequest) -> None:
         body, v = req.body, req.api_version
         acks, timeout_ms = body.required_acks, body.timeout
+        if acks == -1:  # (counted before its blocks are appended: seal_if_stalled reads it)
+            self._note_unanswered(+1)
+        try:
+            task = await self._produce_parts(req, acks, timeout_ms, v)
+        except BaseException:
+            if acks == -1:
+                self._note_unanswered(-1)
+            raise
+        if task is not None and acks == -1:
+            task.add_done_callback(self._answered_request)
+        elif acks == -1:
+            self._note_unanswered(-1)
+
+    async def _produce_parts(
+        self, req: KafkaRequest, acks: int, timeout_ms: int, v: int
+    ) -> asyncio.Task[bytes | None] | None:
+        """Append every partition's records; the task answering the request (None:
+        acks=0, no answer)."""
+        body = req.body
         waits: list[tuple[str, list[tuple[int, Awaitable[PartitionResult]]]]] = []
         for topic, parts in body.topics or []:
             out = []
@@ -329,11 +365,12 @@ class KafkaConnection:
             waits.append((topic, out))
         if acks == 0:
             self._count(PRODUCE, "OK")
-            return
+            return None
         task = asyncio.get_running_loop().create_task(self._respond(req, waits))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         self._queue(task)
+        return task
 
     async def _respond(
         self,
@@ -361,9 +398,12 @@ class KafkaConnection:
             if not data:
                 return _done(KafkaError.INVALID_RECORD, "no records")
             fallback = (self._pid, next(self._seq))
-            block, count, (bid, txn) = await asyncio.get_running_loop().run_in_executor(
+            block, count, (bid, txn, idempotent) = await asyncio.get_running_loop().run_in_executor(
                 None, functools.partial(_to_block, data, fallback, partition)
             )
+            if idempotent and not self._idempotent:
+                self._idempotent = True
+                self._note_unanswered(0)
             if txn:
                 return _done(KafkaError.INVALID_REQUEST, "transactions are not supported")
             limit = proc.config.block_limit

@@ -104,6 +104,9 @@ class KafkaListener:
         self._offsets: dict[tuple[str, int], int] = {}
         self._seen: OrderedDict[tuple[str, int, int, int, int], int] = OrderedDict()
         self._flows: dict[str, dict[tuple[int, int], Flow]] = {}
+        #: Connections that can send no request before an answer (idempotent, at Kafka's
+        #: limit of requests in flight): their flows cannot add to an open batch.
+        self._blocked: set[int] = set()
         #: What ApiVersions lists; what is served is that minus ADVERTISED_ONLY.
         self.advertised = {**SUPPORTED, **ADVERTISED_ONLY}
         self.supported = dict(SUPPORTED)
@@ -182,7 +185,14 @@ class KafkaListener:
             flow.outstanding += 1
         return flow
 
+    def connection_blocked(self, conn: int, blocked: bool) -> None:
+        if blocked:
+            self._blocked.add(conn)
+        else:
+            self._blocked.discard(conn)
+
     def forget_flows(self, conn: int) -> None:
+        self._blocked.discard(conn)
         for flows in self._flows.values():
             for key in [k for k in flows if k[0] == conn]:
                 del flows[key]
@@ -193,9 +203,12 @@ class KafkaListener:
         A producer that keeps one request in flight per partition (librdkafka's
         idempotent producer does) sends nothing more until it is answered, and with
         ``acks=-1`` that answer waits for this batch: waiting out ``batch.ms`` would
-        only add latency. So when every flow (connection, partition) writing the topic
-        recently has an answer outstanding and none has ever pipelined, the batch is
-        sealed ("waiting"), unless the topic's uploads already hold its ring.
+        only add latency. Nor does an idempotent producer whose connection has Kafka's
+        limit of requests in flight (5), whatever its other partitions hold (with more
+        partitions than that, some always wait in the client). So when every flow
+        (connection, partition) writing the topic recently has an answer outstanding or
+        a blocked connection, and none has ever pipelined, the batch is sealed
+        ("waiting"), unless the topic's uploads already hold its ring.
         """
         flows = self._flows.get(topic)
         if not flows or proc.in_flight + 1 >= proc.config.ring_size:
@@ -207,7 +220,7 @@ class KafkaListener:
                 stalled = stalled and not flow.pipelines
             elif now - flow.seen > _FLOW_IDLE_S:
                 del flows[key]
-            else:
+            elif key[0] not in self._blocked:
                 stalled = False
         if stalled:
             proc.seal_if_open(batch, "waiting")

@@ -43,9 +43,10 @@ def topic(unique_name: Any) -> str:
 def kafka_broker(
     stack: StackState, bucket: str, topics: list[str], batch_ms: int = 200, **overrides: Any
 ) -> BrokerThread:
+    listener = {"port": 0, **overrides.pop("kafka_listener", {})}
     cfg = broker_config(
         stack, bucket=bucket, topics=topics, batch_ms=batch_ms, batch_bytes=4 << 20,
-        partitions=3, cluster=f"kl-{uuid.uuid4().hex[:8]}", kafka_listener={"port": 0},
+        partitions=3, cluster=f"kl-{uuid.uuid4().hex[:8]}", kafka_listener=listener,
         **overrides,
     )  # fmt: skip
     return BrokerThread(cfg)
@@ -317,6 +318,64 @@ def test_a_producer_that_may_send_more_keeps_the_batch_open_until_batch_ms(
         assert sealed(b, topic) == {"age": 1}
     objs = read_objects(memq_stack.s3_client(), s3_bucket, topic=topic)
     assert sorted(r[2] for o in objs for r in o.records) == [b"a", b"b"]
+
+
+def _one_then_five(address: str, topic: str, pid: int) -> tuple[list[int], float]:
+    """On one connection: a request to partition 0, answered; then one to each of
+    partitions 1-5, all sent before any answer. The error codes, and the seconds the
+    five took to be answered."""
+    host, port = address.split(":")
+
+    def produce(partition: int, cid: int) -> bytes:
+        seq = -1 if pid < 0 else 0
+        batch = raw_batch(pid, 0 if pid >= 0 else -1, seq, [b"p%d" % partition])
+        return request_frame(
+            ProduceRequest_v7(None, -1, 30_000, [(topic, [(partition, batch)])]), cid
+        )
+
+    def answer(s: socket.socket) -> int:
+        (n,) = struct.unpack(">i", recv_exactly(s, 4))
+        resp = ProduceRequest_v7.RESPONSE_TYPE.decode(recv_exactly(s, n)[4:])
+        ((_, ((_, code, *_),)),) = resp.topics
+        return int(code)
+
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        s.sendall(produce(0, 1))
+        codes = [answer(s)]  # (partition 0 alone waits on the batch: sealed at once)
+        t0 = time.monotonic()
+        s.sendall(b"".join(produce(p, 1 + p) for p in range(1, 6)))
+        codes += [answer(s) for _ in range(5)]
+        return codes, time.monotonic() - t0
+
+
+def test_an_idempotent_connection_at_its_in_flight_limit_does_not_hold_a_batch_open(
+    memq_stack: StackState, s3_bucket: str, topic: str
+) -> None:
+    """An idempotent producer has at most 5 requests in flight per connection: with 5
+    waiting it sends nothing more, even for a partition that has nothing outstanding
+    (partition 0 here; with more partitions than 5 some always wait in the client), so
+    the batch is sealed then ("waiting"), not after batch.ms (here 60 s)."""
+    with kafka_broker(memq_stack, s3_bucket, [topic], batch_ms=60_000,
+                      kafka_listener={"partitions": 16}) as b:  # fmt: skip
+        codes, elapsed = _one_then_five(kafka_address(b), topic, pid=7777)
+        assert codes == [0] * 6
+        assert elapsed < 20, f"answered after {elapsed:.1f} s: waited out batch.ms"
+        assert sealed(b, topic) == {"waiting": 2}
+    objs = read_objects(memq_stack.s3_client(), s3_bucket, topic=topic)
+    assert sorted(r[2] for o in objs for r in o.records) == [b"p%d" % p for p in range(6)]
+
+
+def test_a_non_idempotent_connection_with_5_in_flight_may_send_more(
+    memq_stack: StackState, s3_bucket: str, topic: str
+) -> None:
+    """Without idempotence a client may keep more than 5 requests in flight: partition
+    0's flow, answered, may send again, so the batch waits for batch.ms."""
+    with kafka_broker(memq_stack, s3_bucket, [topic], batch_ms=1500,
+                      kafka_listener={"partitions": 16}) as b:  # fmt: skip
+        codes, elapsed = _one_then_five(kafka_address(b), topic, pid=-1)
+        assert codes == [0] * 6
+        assert elapsed >= 1.4, f"answered after {elapsed:.2f} s, before batch.ms"
+        assert sealed(b, topic) == {"waiting": 1, "age": 1}
 
 
 # --- auth -----------------------------------------------------------------------------------

@@ -92,6 +92,28 @@ def test_a_closed_connection_forgets_its_flows(listener: KafkaListener) -> None:
     assert proc.sealed == [("b", "waiting")]
 
 
+def test_a_blocked_connection_cannot_add_so_its_answered_flows_do_not_hold_the_batch(
+    listener: KafkaListener,
+) -> None:
+    proc = Proc()
+    a = listener.flow_sent("t", 1, 0, waits=True)
+    a.outstanding -= 1  # answered: connection 1 may send to partition 0 again...
+    listener.flow_sent("t", 1, 1, waits=True)
+    listener.flow_sent("t", 2, 0, waits=True)
+    listener.seal_if_stalled("t", proc, "b1")  # type: ignore[arg-type]
+    assert proc.sealed == []
+    listener.connection_blocked(1, True)  # ...unless it is at its in-flight limit
+    listener.seal_if_stalled("t", proc, "b1")  # type: ignore[arg-type]
+    assert proc.sealed == [("b1", "waiting")]
+    listener.connection_blocked(1, False)  # an answer came: it may send again
+    listener.seal_if_stalled("t", proc, "b2")  # type: ignore[arg-type]
+    listener.connection_blocked(1, True)
+    listener.forget_flows(1)  # closed: forgotten, blocked or not
+    listener.flow_sent("t", 1, 0, waits=False)  # (a new connection with the same id)
+    listener.seal_if_stalled("t", proc, "b3")  # type: ignore[arg-type]
+    assert proc.sealed == [("b1", "waiting")]
+
+
 def test_node_ids_are_stable_distinct_and_non_negative() -> None:
     assert node_id("b-1") == node_id("b-1")
     ids = {node_id(f"b-{i}") for i in range(2000)}
