@@ -352,15 +352,17 @@ class KafkaConnection:
         acks=0, no answer)."""
         body = req.body
         waits: list[tuple[str, list[tuple[int, Awaitable[PartitionResult]]]]] = []
-        for topic, parts in body.topics or []:
+        for topic, topic_parts in body.topics or []:
             out = []
-            for partition, data in parts or []:
+            parts = topic_parts or []
+            for i, (partition, data) in enumerate(parts):
                 if acks not in (0, 1, -1):
                     res: Awaitable[PartitionResult] = _done(KafkaError.INVALID_REQUIRED_ACKS)
                 elif body.transactional_id is not None:
                     res = _done(KafkaError.INVALID_REQUEST, "transactions are not supported")
                 else:
-                    res = await self._append(topic, partition, data, acks, timeout_ms, v)
+                    last = i == len(parts) - 1  # (the batch is never sealed between them)
+                    res = await self._append(topic, partition, data, acks, timeout_ms, v, last)
                 out.append((partition, res))
             waits.append((topic, out))
         if acks == 0:
@@ -384,9 +386,19 @@ class KafkaConnection:
                                build_response(PRODUCE, req.api_version, _produce_doc(topics)))  # fmt: skip
 
     async def _append(
-        self, topic: str, partition: int, data: bytes | None, acks: int, timeout_ms: int, v: int
+        self,
+        topic: str,
+        partition: int,
+        data: bytes | None,
+        acks: int,
+        timeout_ms: int,
+        v: int,
+        last: bool = True,
     ) -> Awaitable[PartitionResult]:
-        """Append one partition's records; an awaitable of its (error, offset, message)."""
+        """Append one partition's records; an awaitable of its (error, offset, message).
+
+        ``last``: the request's last partition of ``topic``; only then may the batch be
+        sealed because nobody can add to it (the request's own partitions can)."""
         server, t0 = self.server, time.monotonic()
         try:
             server.authorize(self.principal, "produce", topic)
@@ -433,7 +445,8 @@ class KafkaConnection:
             task.add_done_callback(functools.partial(_answered, flow))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        self.listener.seal_if_stalled(topic, proc, batch)
+        if last:
+            self.listener.seal_if_stalled(topic, proc, batch)
         return task
 
     async def _await_stored(

@@ -320,31 +320,34 @@ def test_a_producer_that_may_send_more_keeps_the_batch_open_until_batch_ms(
     assert sorted(r[2] for o in objs for r in o.records) == [b"a", b"b"]
 
 
-def _one_then_five(address: str, topic: str, pid: int) -> tuple[list[int], float]:
+def _one_then_five(
+    address: str, topic: str, pid: int, last: tuple[int, ...] = (5,)
+) -> tuple[list[int], float]:
     """On one connection: a request to partition 0, answered; then one to each of
-    partitions 1-5, all sent before any answer. The error codes, and the seconds the
-    five took to be answered."""
+    partitions 1-4 and one to the partitions ``last``, all sent before any answer. The
+    error codes, and the seconds the five took to be answered."""
     host, port = address.split(":")
 
-    def produce(partition: int, cid: int) -> bytes:
+    def produce(partitions: tuple[int, ...], cid: int) -> bytes:
         seq = -1 if pid < 0 else 0
-        batch = raw_batch(pid, 0 if pid >= 0 else -1, seq, [b"p%d" % partition])
-        return request_frame(
-            ProduceRequest_v7(None, -1, 30_000, [(topic, [(partition, batch)])]), cid
-        )
+        parts = [(p, raw_batch(pid, 0 if pid >= 0 else -1, seq, [b"p%d" % p])) for p in partitions]
+        return request_frame(ProduceRequest_v7(None, -1, 30_000, [(topic, parts)]), cid)
 
-    def answer(s: socket.socket) -> int:
+    def answer(s: socket.socket) -> list[int]:
         (n,) = struct.unpack(">i", recv_exactly(s, 4))
         resp = ProduceRequest_v7.RESPONSE_TYPE.decode(recv_exactly(s, n)[4:])
-        ((_, ((_, code, *_),)),) = resp.topics
-        return int(code)
+        ((_, parts),) = resp.topics
+        return [int(code) for _, code, *_ in parts]
 
     with socket.create_connection((host, int(port)), timeout=30) as s:
-        s.sendall(produce(0, 1))
-        codes = [answer(s)]  # (partition 0 alone waits on the batch: sealed at once)
+        s.sendall(produce((0,), 1))
+        codes = answer(s)  # (partition 0 alone waits on the batch: sealed at once)
         t0 = time.monotonic()
-        s.sendall(b"".join(produce(p, 1 + p) for p in range(1, 6)))
-        codes += [answer(s) for _ in range(5)]
+        s.sendall(
+            b"".join(produce(ps, 2 + i) for i, ps in enumerate([(1,), (2,), (3,), (4,), last]))
+        )
+        for _ in range(5):
+            codes += answer(s)
         return codes, time.monotonic() - t0
 
 
@@ -363,6 +366,22 @@ def test_an_idempotent_connection_at_its_in_flight_limit_does_not_hold_a_batch_o
         assert sealed(b, topic) == {"waiting": 2}
     objs = read_objects(memq_stack.s3_client(), s3_bucket, topic=topic)
     assert sorted(r[2] for o in objs for r in o.records) == [b"p%d" % p for p in range(6)]
+
+
+def test_a_request_at_the_in_flight_limit_is_never_split_over_batches(
+    memq_stack: StackState, s3_bucket: str, topic: str
+) -> None:
+    """The fifth request writes partitions 5, 6 and 7 (the Java client puts several in
+    one request): the batch is sealed once all three are in it, not after each."""
+    with kafka_broker(memq_stack, s3_bucket, [topic], batch_ms=60_000,
+                      kafka_listener={"partitions": 16}) as b:  # fmt: skip
+        codes, elapsed = _one_then_five(kafka_address(b), topic, pid=7778, last=(5, 6, 7))
+        assert codes == [0] * 8
+        assert elapsed < 20, f"answered after {elapsed:.1f} s: waited out batch.ms"
+        assert sealed(b, topic) == {"waiting": 2}
+    objs = read_objects(memq_stack.s3_client(), s3_bucket, topic=topic)
+    assert len(objs) == 2
+    assert sorted(r[2] for o in objs for r in o.records) == [b"p%d" % p for p in range(8)]
 
 
 def test_a_non_idempotent_connection_with_5_in_flight_may_send_more(
