@@ -232,8 +232,96 @@ def test_a_block_is_remembered_only_once_all_its_records_were_taken() -> None:
     d, _ = make_dedup()
     _, got = hand_out(d, [(1, 0, 2), (1, 1, 3)], take=4)  # block 1 not finished
     assert len(got) == 4
+    assert d.window.verdict(BlockId("t", 1, 0, 0), 0) is Verdict.DUPLICATE
+    assert d.window.verdict(BlockId("t", 1, 0, 1), 0) is Verdict.NEW
+    # Its first two records are remembered as taken (the object is still in progress):
+    # a copy hands out only the third.
     _, got = hand_out(d, [(1, 0, 2), (1, 1, 3)])
-    assert [m.block for m in got] == [1, 1, 1]  # block 0 dropped, block 1 whole again
+    assert [m.value for m in got] == [b"1/1/2"]
+    assert d.window.verdict(BlockId("t", 1, 0, 1), 0) is Verdict.DUPLICATE
+
+
+@pytest.mark.parametrize("order", ["parked inside the block", "parked before the block"])
+def test_two_objects_in_progress_hand_out_each_record_of_a_shared_block_once(order: str) -> None:
+    """Two objects in progress hold copies of block B (kept when each was fetched; one
+    is parked on a paused partition). However they take turns, and whether one is
+    revoked midway, every record of B is handed out once."""
+    d, stats = make_dedup()
+    first = Current(pending(), *admitted(d, [(2, 0, 1), (1, 0, 4)]), d)
+    got = [m.value for m in first.take(3 if order == "parked inside the block" else 1)]
+    second = Current(pending(), *admitted(d, [(1, 0, 4)]), d)  # B again, other partition
+    got += [m.value for m in second.take(1)]
+    if order == "parked before the block":
+        second.left_midway()  # (its partition was revoked)
+        got += [m.value for m in first.take(10)]
+    else:
+        got += [m.value for m in second.take(10)]
+        got += [m.value for m in first.take(10)]
+    assert sorted(got) == [b"1/0/0", b"1/0/1", b"1/0/2", b"1/0/3", b"2/0/0"]
+    # inside: 2 trimmed from the copy when fetched, 2 dropped by the parked object after;
+    # before: the 1 record the revoked copy handed out, dropped by the parked object
+    assert stats.duplicate_records_dropped == (4 if order == "parked inside the block" else 1)
+    assert stats.duplicate_blocks_dropped == 0  # (no copy was dropped whole)
+    assert first.exhausted
+
+
+@settings(max_examples=400)
+@given(rnd=st.randoms(use_true_random=False), chunks=st.booleans())
+def test_objects_in_progress_with_shared_blocks_hand_out_every_record_once(
+    rnd: Any, chunks: bool
+) -> None:
+    """Copies of the same blocks in 2-4 objects, opened, taken from in turns (a few
+    records at a time, by take or take_chunks) and dropped midway (then read again
+    later), in random order: every record is handed out exactly once."""
+    blocks = [(1, seq, rnd.randint(1, 3)) for seq in range(rnd.randint(1, 4))]
+    objs = [rnd.sample(blocks, rnd.randint(1, len(blocks))) for _ in range(rnd.randint(2, 4))]
+    expected = {
+        b"1/%d/%d" % (seq, r) for _, seq, n in {b for o in objs for b in o} for r in range(n)
+    }
+    d, _ = make_dedup()
+    queue = rnd.sample(range(len(objs)), len(objs))
+    in_progress: list[tuple[int, Current]] = []
+    got: list[bytes] = []
+
+    def take(cur: Current, n: int) -> None:
+        if chunks:
+            got.extend(v for c in cur.take_chunks(n) for v in c.values)
+        else:
+            got.extend(m.value for m in cur.take(n))
+
+    def open_next() -> None:
+        i = queue.pop(0)
+        msgs, tracked = admitted(d, objs[i])
+        if msgs:
+            in_progress.append((i, Current(pending(), msgs, tracked, d)))
+
+    for _ in range(rnd.randint(3, 25)):
+        r = rnd.random()
+        if queue and (r < 0.3 or not in_progress):
+            open_next()
+        elif in_progress and r < 0.85:
+            j = rnd.randrange(len(in_progress))
+            take(in_progress[j][1], rnd.randint(1, 4))
+            if in_progress[j][1].exhausted:
+                in_progress.pop(j)
+        elif in_progress:  # its partition revoked: dropped midway, read again later
+            i, cur = in_progress.pop(rnd.randrange(len(in_progress)))
+            cur.left_midway()
+            queue.append(i)
+    while in_progress or queue:
+        if not in_progress:
+            open_next()
+            continue
+        _, cur = in_progress.pop(0)
+        while not cur.exhausted:
+            take(cur, rnd.randint(1, 4))
+    assert sorted(got) == sorted(expected)
+
+
+def admitted(d: Deduplicator, blocks: list[tuple[int, int, int]]) -> tuple[Any, Any]:
+    msgs, spans = fetched(blocks)
+    adm = d.admit("t", msgs, spans)
+    return adm.messages, adm.tracked
 
 
 @pytest.mark.parametrize("chunks", [False, True])
