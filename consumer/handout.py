@@ -3,11 +3,10 @@
 A fetched object becomes :class:`Current`; its records are taken in order. With dedup on
 (``dedup.enable``), a :class:`Deduplicator` first drops the object's blocks that were
 already handed out (whole blocks: a block is the unit of retry), and a block is
-remembered only once its last record was taken; until then the records of it taken so
-far are remembered as a range. Two objects can be in progress at once (one of a paused
-partition, parked midway, and one of another partition) and hold copies of the same
-block: each hands out only the records of it no object handed out yet, checked when it
-gets to them (the first to take a record wins; a copy nobody needs is dropped whole). A block left midway because its
+remembered only once its last record was taken. Two objects can be in progress at once
+(one of a paused partition, parked midway, and one of another partition) and hold copies
+of the same block: the first to hand it out wins, and the other drops its copy, whole,
+when it gets to it. A block left midway because its
 partition was revoked or lost (possible while the partition is paused with an object in
 progress) is remembered as such: when it comes again, the records already handed out
 are dropped. One left midway by a seek or close() is handed out again, whole, when it
@@ -16,7 +15,6 @@ comes again (at-least-once; a seek asks to read again).
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -137,38 +135,24 @@ class Deduplicator:
                 messages = list(chain.from_iterable(messages[a:b] for a, b in kept))
         return Admitted(messages, tracked, frozenset(dropped), trimmed)
 
-    def progress(self, block: BlockId, first: int, end: int) -> None:
-        """Records [first, end) of ``block`` were handed out, not all of it yet (an object
-        in progress, or one dropped midway by a revoke): a copy of the block drops them.
-        Joined with the range remembered when the two touch; else the newer one is kept
-        (never more than was handed out)."""
+    def left_midway(self, block: BlockId, first: int, end: int) -> None:
+        """Records [first, end) of ``block`` were handed out and the rest was dropped
+        (revoke, lost): when the block comes again, those records are dropped."""
         before = self._partial.pop(block, None)
-        if before is not None and before[0] <= end and first <= before[1]:
-            first, end = min(first, before[0]), max(end, before[1])
+        if before is not None and before[1] >= first and before[0] <= first:
+            first = before[0]  # the same block left midway again, further on
         self._partial[block] = (first, end)
         while len(self._partial) > self.window.producers:
             del self._partial[next(iter(self._partial))]
 
-    left_midway = progress
-
-    def skip_to(self, t: Tracked, pos: int, messages: Sequence[Message]) -> int:
-        """Where an object at ``pos`` in kept block ``t`` continues: past what another
-        object in progress handed out of the block meanwhile (``pos``: nothing)."""
-        if self.window.verdict(t.block, self._now()) is Verdict.DUPLICATE:
-            return t.end  # all of it
-        part = self._partial.get(t.block)
-        if part is None:
-            return pos
-        first, end = part
-        while pos < t.end and first <= messages[pos].record < end:
-            pos += 1
-        return pos
-
-    def dropped(self, records: int, whole: bool) -> None:
-        """Count records of a kept block dropped as handed out elsewhere meanwhile."""
-        self._stats.duplicate_records_dropped += records
-        if whole:
-            self._stats.duplicate_blocks_dropped += 1
+    def taken_meanwhile(self, t: Tracked) -> bool:
+        """Whether ``t``, kept when its object was fetched, was handed out since by
+        another object in progress (then it is dropped here, and counted)."""
+        if self.window.verdict(t.block, self._now()) is not Verdict.DUPLICATE:
+            return False
+        self._stats.duplicate_blocks_dropped += 1
+        self._stats.duplicate_records_dropped += t.end - t.start
+        return True
 
     def handed_out(self, block: BlockId) -> None:
         self.window.remember(block, self._now())
@@ -222,11 +206,10 @@ class Current:
         self._dedup = dedup
 
     def _advance(self, n: int) -> list[tuple[int, int]]:
-        """Hand out up to ``n`` more records: their index ranges (one, unless records in
-        between were handed out meanwhile by another object in progress)."""
+        """Hand out up to ``n`` more records: their index ranges (one, unless a block in
+        between was handed out meanwhile by another object in progress)."""
         pos = self.pos
-        messages = self.messages
-        total = len(messages)
+        total = len(self.messages)
         limit = pos + min(n, total - pos)
         dedup = self._dedup
         if dedup is None:
@@ -239,21 +222,16 @@ class Current:
                 stop = limit
             else:
                 t = tracked[self._next]
-                skip = dedup.skip_to(t, pos, messages)
-                if skip > pos:
-                    self._drop_records(t, pos, skip)
-                    limit = min(limit + (skip - pos), total)
-                    pos = skip
-                    if pos >= t.end:  # every record of it is handed out (here or there)
-                        dedup.handed_out(t.block)
-                        self._next += 1
+                if pos == t.start and dedup.taken_meanwhile(t):
+                    self._drop_copy(t)
+                    self._next += 1
+                    pos = t.end
+                    limit = min(limit + (t.end - t.start), total)
                     continue
                 stop = min(limit, t.end)
                 if stop == t.end:
                     dedup.handed_out(t.block)
                     self._next += 1
-                else:
-                    dedup.progress(t.block, messages[pos].record, messages[stop - 1].record + 1)
             if runs and runs[-1][1] == pos:
                 runs[-1] = (runs[-1][0], stop)
             else:
@@ -262,21 +240,13 @@ class Current:
         self.pos = pos
         return runs
 
-    def _drop_records(self, t: Tracked, a: int, b: int) -> None:
-        """Records ``messages[a:b]`` of kept block ``t`` were handed out elsewhere: count
-        them, and audit the block as a dropped copy if none of it is handed out here."""
-        assert self._dedup is not None
-        whole = a == t.start and b >= t.end
-        self._dedup.dropped(b - a, whole)
+    def _drop_copy(self, t: Tracked) -> None:
+        """Audit block ``t`` as a dropped copy, not as consumed."""
         p = self.pending
-        for i, audit in enumerate(p.blocks):
-            if audit.index == t.index:
-                left = audit.records - (b - a)
-                if whole or left <= 0:
-                    p.copies.append(audit)
-                    del p.blocks[i]
-                else:
-                    p.blocks[i] = dataclasses.replace(audit, records=left)
+        for i, b in enumerate(p.blocks):
+            if b.index == t.index:
+                p.copies.append(b)
+                del p.blocks[i]
                 return
 
     def take(self, n: int) -> list[Message]:
@@ -307,7 +277,7 @@ class Current:
         if self._dedup is None or self._next >= len(self._tracked):
             return
         t = self._tracked[self._next]
-        if self.pos > t.start:  # (its progress is remembered already: this joins it)
+        if self.pos > t.start:
             first = self.messages[t.start].record
             self._dedup.left_midway(t.block, first, self.messages[self.pos - 1].record + 1)
 
