@@ -3,18 +3,19 @@
 A fetched object becomes :class:`Current`; its records are taken in order. With dedup on
 (``dedup.enable``), a :class:`Deduplicator` first drops the object's blocks that were
 already handed out (whole blocks: a block is the unit of retry), and a block is
-remembered only once its last record was taken. Two objects can be in progress at once
-(one of a paused partition, parked midway, and one of another partition) and hold copies
-of the same block: the first to hand it out wins, and the other drops its copy, whole,
-when it gets to it. A block left midway because its
-partition was revoked or lost (possible while the partition is paused with an object in
-progress) is remembered as such: when it comes again, the records already handed out
-are dropped. One left midway by a seek or close() is handed out again, whole, when it
-comes again (at-least-once; a seek asks to read again).
+remembered only once its last record was taken. Only one object is current at a time;
+one left midway (parked because its partition was paused, or dropped by a revoke, a
+lost partition or a seek) claims the exact records of its block in progress it handed
+out (runs of record numbers, from the decoded chunks). A copy of that block fetched
+later drops the claimed records; a parked object, once current again, hands out only
+the records of its blocks no other object handed out meanwhile (a copy left with
+nothing to hand out is audited as a dropped copy). A seek forgets every claim with the
+window: what it asks to read again is handed out again.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -72,8 +73,10 @@ class Deduplicator:
         self.window = window
         self._stats = stats
         self._clock = clock
-        #: Blocks left midway: the records [first, end) handed out (bounded: oldest go).
-        self._partial: dict[BlockId, tuple[int, int]] = {}
+        #: Blocks handed out in part (objects in progress, or left midway): the runs of
+        #: record numbers [first, end) handed out, sorted and disjoint (bounded: the
+        #: least recently updated go first, which can only let a record out twice).
+        self._partial: dict[BlockId, list[tuple[int, int]]] = {}
 
     @classmethod
     def from_config(cls, config: ConsumerConfig, stats: DedupStats) -> Deduplicator:
@@ -113,9 +116,8 @@ class Deduplicator:
                 stats.dedup_out_of_window += 1
             here.add(bid)
             part = self._partial.get(bid)
-            if part is not None:  # left midway before: drop what was handed out then
-                first, end = part
-                runs = _without(messages, start, pos_in, first, end)
+            if part is not None:  # handed out in part before: drop those records
+                runs = _unclaimed(messages, start, pos_in, part)
                 cut = (pos_in - start) - sum(b - a for a, b in runs)
                 if cut:
                     trimmed[sp.block] = cut
@@ -135,24 +137,33 @@ class Deduplicator:
                 messages = list(chain.from_iterable(messages[a:b] for a, b in kept))
         return Admitted(messages, tracked, frozenset(dropped), trimmed)
 
-    def left_midway(self, block: BlockId, first: int, end: int) -> None:
-        """Records [first, end) of ``block`` were handed out and the rest was dropped
-        (revoke, lost): when the block comes again, those records are dropped."""
-        before = self._partial.pop(block, None)
-        if before is not None and before[1] >= first and before[0] <= first:
-            first = before[0]  # the same block left midway again, further on
-        self._partial[block] = (first, end)
-        while len(self._partial) > self.window.producers:
+    def claim(self, block: BlockId, records: Sequence[tuple[int, int]]) -> None:
+        """Record runs [first, end) of ``block`` were handed out, not all of it yet: a
+        copy of the block does not hand them out again."""
+        runs = sorted([*self._partial.pop(block, ()), *records])
+        merged: list[tuple[int, int]] = []
+        for a, b in runs:
+            if merged and a <= merged[-1][1]:
+                if b > merged[-1][1]:
+                    merged[-1] = (merged[-1][0], b)
+            else:
+                merged.append((a, b))
+        self._partial[block] = merged
+        while len(self._partial) > max(self.window.producers, _PARTIAL_MIN):
             del self._partial[next(iter(self._partial))]
 
-    def taken_meanwhile(self, t: Tracked) -> bool:
-        """Whether ``t``, kept when its object was fetched, was handed out since by
-        another object in progress (then it is dropped here, and counted)."""
-        if self.window.verdict(t.block, self._now()) is not Verdict.DUPLICATE:
-            return False
-        self._stats.duplicate_blocks_dropped += 1
-        self._stats.duplicate_records_dropped += t.end - t.start
-        return True
+    def claimed(self, block: BlockId) -> list[tuple[int, int]] | None:
+        return self._partial.get(block)
+
+    def handed_out_elsewhere(self, block: BlockId) -> bool:
+        """Whether all of ``block`` was handed out (by another object in progress)."""
+        return self.window.verdict(block, self._now()) is Verdict.DUPLICATE
+
+    def dropped(self, records: int, whole: bool) -> None:
+        """Count records of a kept block dropped as handed out elsewhere meanwhile."""
+        self._stats.duplicate_records_dropped += records
+        if whole:
+            self._stats.duplicate_blocks_dropped += 1
 
     def handed_out(self, block: BlockId) -> None:
         self.window.remember(block, self._now())
@@ -164,21 +175,43 @@ class Deduplicator:
         self._partial.clear()
 
 
-def _without(
-    messages: Sequence[Message], start: int, end: int, first: int, stop: int
+#: Blocks handed out in part that are remembered at least (see Deduplicator._partial).
+_PARTIAL_MIN = 1024
+
+
+def _segments(messages: Sequence[Message], a: int, b: int) -> list[tuple[int, int, int]]:
+    """``messages[a:b]`` (of one block) as (index, first record number, count) runs of
+    consecutive record numbers: from the chunks of :class:`Records`, no Message built."""
+    if isinstance(messages, Records):
+        return messages.record_runs(a, b)
+    out: list[tuple[int, int, int]] = []
+    for i in range(a, b):  # (ready messages: tests, fakes)
+        r = messages[i].record
+        if out and out[-1][1] + out[-1][2] == r and out[-1][0] + out[-1][2] == i:
+            out[-1] = (out[-1][0], out[-1][1], out[-1][2] + 1)
+        else:
+            out.append((i, r, 1))
+    return out
+
+
+def _unclaimed(
+    messages: Sequence[Message], a: int, b: int, claimed: Sequence[tuple[int, int]]
 ) -> list[tuple[int, int]]:
-    """Runs of ``messages[start:end]`` (one block) whose record is not in [first, stop)."""
+    """The index runs of ``messages[a:b]`` (one block) whose record numbers are not in
+    ``claimed`` (sorted, disjoint runs)."""
     runs: list[tuple[int, int]] = []
-    a = None
-    for i in range(start, end):
-        keep = not first <= messages[i].record < stop
-        if keep and a is None:
-            a = i
-        elif not keep and a is not None:
-            runs.append((a, i))
-            a = None
-    if a is not None:
-        runs.append((a, end))
+    for i, first, n in _segments(messages, a, b):
+        lo, hi = first, first + n
+        for ca, cb in claimed:
+            if cb <= lo or ca >= hi:
+                continue
+            if ca > lo:
+                runs.append((i + lo - first, i + ca - first))
+            lo = max(lo, cb)
+            if lo >= hi:
+                break
+        if lo < hi:
+            runs.append((i + lo - first, i + hi - first))
     return runs
 
 
@@ -189,7 +222,7 @@ class Current:
     messages it returns, :meth:`take_chunks` none.
     """
 
-    __slots__ = ("_dedup", "_next", "_tracked", "messages", "pending", "pos")
+    __slots__ = ("_dedup", "_left", "_next", "_tracked", "messages", "pending", "pos")
 
     def __init__(
         self,
@@ -204,49 +237,77 @@ class Current:
         self._tracked = tracked or []
         self._next = 0  # first tracked block not yet fully handed out
         self._dedup = dedup
+        #: Left midway (parked) at least once: other objects may have handed out records
+        #: of its blocks since, so each run is checked (never needed before: while an
+        #: object is current no other one hands anything out).
+        self._left = False
 
     def _advance(self, n: int) -> list[tuple[int, int]]:
-        """Hand out up to ``n`` more records: their index ranges (one, unless a block in
-        between was handed out meanwhile by another object in progress)."""
+        """Hand out up to ``n`` more records: their index ranges (one, unless records in
+        between were handed out meanwhile by another object in progress)."""
         pos = self.pos
-        total = len(self.messages)
+        messages = self.messages
+        total = len(messages)
         limit = pos + min(n, total - pos)
         dedup = self._dedup
         if dedup is None:
             self.pos = limit
             return [(pos, limit)]
-        runs: list[tuple[int, int]] = []
         tracked = self._tracked
+        if not self._left:  # (the common case)
+            self.pos = limit
+            while self._next < len(tracked) and tracked[self._next].end <= limit:
+                dedup.handed_out(tracked[self._next].block)
+                self._next += 1
+            return [(pos, limit)]
+        runs: list[tuple[int, int]] = []
         while pos < limit:
             if self._next >= len(tracked):  # (every record is in a kept block)
-                stop = limit
+                kept, stop = [(pos, limit)], limit
             else:
                 t = tracked[self._next]
-                if pos == t.start and dedup.taken_meanwhile(t):
-                    self._drop_copy(t)
-                    self._next += 1
+                if dedup.handed_out_elsewhere(t.block):  # all of it, meanwhile
+                    self._drop_records(t, t.end - pos, whole=pos == t.start)
+                    limit = min(limit + (t.end - pos), total)
                     pos = t.end
-                    limit = min(limit + (t.end - t.start), total)
+                    self._next += 1
                     continue
                 stop = min(limit, t.end)
+                claimed = dedup.claimed(t.block)
+                if claimed is None:  # (the common case: no other object took any of it)
+                    kept = [(pos, stop)]
+                else:
+                    kept = _unclaimed(messages, pos, stop, claimed)
+                    skipped = (stop - pos) - sum(b - a for a, b in kept)
+                    if skipped:  # ([pos, stop) is done; more may come from after it)
+                        self._drop_records(t, skipped, whole=False)
+                        limit = min(limit + skipped, total)
                 if stop == t.end:
                     dedup.handed_out(t.block)
                     self._next += 1
-            if runs and runs[-1][1] == pos:
-                runs[-1] = (runs[-1][0], stop)
-            else:
-                runs.append((pos, stop))
+            for a, b in kept:
+                if runs and runs[-1][1] == a:
+                    runs[-1] = (runs[-1][0], b)
+                else:
+                    runs.append((a, b))
             pos = stop
         self.pos = pos
         return runs
 
-    def _drop_copy(self, t: Tracked) -> None:
-        """Audit block ``t`` as a dropped copy, not as consumed."""
+    def _drop_records(self, t: Tracked, count: int, whole: bool) -> None:
+        """``count`` records of kept block ``t`` were handed out elsewhere: count them,
+        and audit the block as a dropped copy if none of it is handed out here."""
+        assert self._dedup is not None
+        self._dedup.dropped(count, whole)
         p = self.pending
-        for i, b in enumerate(p.blocks):
-            if b.index == t.index:
-                p.copies.append(b)
-                del p.blocks[i]
+        for i, audit in enumerate(p.blocks):
+            if audit.index == t.index:
+                left = audit.records - count
+                if whole or left <= 0:
+                    p.copies.append(audit)
+                    del p.blocks[i]
+                else:
+                    p.blocks[i] = dataclasses.replace(audit, records=left)
                 return
 
     def take(self, n: int) -> list[Message]:
@@ -272,14 +333,17 @@ class Current:
         return self.pos >= len(self.messages)
 
     def left_midway(self) -> None:
-        """This object is dropped (revoke, lost): tell dedup of its block handed out in
-        part, if any."""
+        """This object stops being handed out midway: parked (its partition paused) or
+        dropped (revoke, lost, seek). Claim the records of its block in progress handed
+        out so far (while it was current no other object handed out anything, so
+        claiming only now is enough): a copy of the block does not hand them out again."""
         if self._dedup is None or self._next >= len(self._tracked):
             return
+        self._left = True
         t = self._tracked[self._next]
         if self.pos > t.start:
-            first = self.messages[t.start].record
-            self._dedup.left_midway(t.block, first, self.messages[self.pos - 1].record + 1)
+            runs = _segments(self.messages, t.start, self.pos)
+            self._dedup.claim(t.block, [(r, r + n) for _, r, n in runs])
 
     def next_position(self) -> tuple[int, int] | None:
         """(block, record) of the next record to hand out; None when exhausted."""

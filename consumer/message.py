@@ -172,6 +172,20 @@ class Records(Sequence[Message]):
         for c in self.chunks:
             yield from c.messages()
 
+    def record_runs(self, a: int, b: int) -> list[tuple[int, int, int]]:
+        """Records ``[a, b)`` as (index, first record number, count) runs of consecutive
+        record numbers (one per chunk they touch); nothing is sliced or built."""
+        out: list[tuple[int, int, int]] = []
+        k = bisect_right(self._ends, a)
+        while k < len(self.chunks) and a < b:
+            c = self.chunks[k]
+            start = self._ends[k] - len(c.values)
+            end = min(b, self._ends[k])
+            out.append((a, c.record + a - start, end - a))
+            a = end
+            k += 1
+        return out
+
     def between(self, a: int, b: int) -> list[Chunk]:
         """The chunks of records ``[a, b)`` (cut where they straddle the bounds)."""
         out: list[Chunk] = []

@@ -258,6 +258,7 @@ class Prefetcher:
         self.paused |= parts
         cur = self.current
         if cur is not None and cur.pending.tp in parts:
+            cur.left_midway()  # (other objects may hand out copies of its block meanwhile)
             self.parked[cur.pending.tp] = cur
             self.current = None
 

@@ -228,12 +228,208 @@ def test_blocks_handed_out_are_dropped_from_later_objects() -> None:
     assert (stats.duplicate_blocks_dropped, stats.duplicate_records_dropped) == (2, 6)
 
 
+class Turns:
+    """Objects in progress take turns as the consumer runs them: one is current, and
+    one left midway is parked first (``left_midway`` claims what it handed out of its
+    block in progress), as ``Prefetcher.pause`` and ``drop`` do."""
+
+    def __init__(self, chunks: bool = False) -> None:
+        self.active: Current | None = None
+        self.chunks = chunks
+        self.got: list[bytes] = []
+
+    def park(self) -> None:
+        if self.active is not None and not self.active.exhausted:
+            self.active.left_midway()
+        self.active = None
+
+    def fetch(self, d: Deduplicator, blocks: list[tuple[int, int, int]]) -> Current:
+        """The next object, fetched once the current one is parked (the consumer only
+        fetches when none is current), becomes current."""
+        self.park()
+        self.active = Current(pending(), *admitted(d, blocks), d)
+        return self.active
+
+    def take(self, cur: Current, n: int) -> list[bytes]:
+        if self.active is not cur:
+            self.park()
+        self.active = cur
+        if self.chunks:
+            out = [v for c in cur.take_chunks(n) for v in c.values]
+        else:
+            out = [m.value for m in cur.take(n)]
+        self.got += out
+        return out
+
+    def drop(self, cur: Current) -> None:
+        cur.left_midway()
+        if self.active is cur:
+            self.active = None
+
+
 def test_a_block_is_remembered_only_once_all_its_records_were_taken() -> None:
     d, _ = make_dedup()
-    _, got = hand_out(d, [(1, 0, 2), (1, 1, 3)], take=4)  # block 1 not finished
-    assert len(got) == 4
-    _, got = hand_out(d, [(1, 0, 2), (1, 1, 3)])
-    assert [m.block for m in got] == [1, 1, 1]  # block 0 dropped, block 1 whole again
+    turns = Turns()
+    first = turns.fetch(d, [(1, 0, 2), (1, 1, 3)])
+    assert len(turns.take(first, 4)) == 4  # block 1 not finished
+    assert d.window.verdict(BlockId("t", 1, 0, 0), 0) is Verdict.DUPLICATE
+    assert d.window.verdict(BlockId("t", 1, 0, 1), 0) is Verdict.NEW
+    turns.drop(first)  # (parked or revoked): its first two records of block 1 are claimed
+    second = turns.fetch(d, [(1, 0, 2), (1, 1, 3)])
+    assert turns.take(second, 10) == [b"1/1/2"]
+    assert d.window.verdict(BlockId("t", 1, 0, 1), 0) is Verdict.DUPLICATE
+
+
+@pytest.mark.parametrize("order", ["parked inside the block", "parked before the block"])
+def test_two_objects_in_progress_hand_out_each_record_of_a_shared_block_once(order: str) -> None:
+    """Two objects in progress hold copies of block B (kept when each was fetched; one
+    is parked on a paused partition). However they take turns, and whether one is
+    revoked midway, every record of B is handed out once."""
+    d, stats = make_dedup()
+    turns = Turns()
+    first = turns.fetch(d, [(2, 0, 1), (1, 0, 4)])
+    turns.take(first, 3 if order == "parked inside the block" else 1)
+    turns.drop(first)  # parked (its partition paused)
+    second = turns.fetch(d, [(1, 0, 4)])  # B again, other partition
+    turns.take(second, 1)
+    if order == "parked before the block":
+        turns.drop(second)  # (its partition was revoked)
+        turns.take(first, 10)
+    else:
+        turns.take(second, 10)
+        turns.take(first, 10)
+    assert sorted(turns.got) == [b"1/0/0", b"1/0/1", b"1/0/2", b"1/0/3", b"2/0/0"]
+    # inside: 2 trimmed from the copy when fetched, 2 dropped by the parked object after;
+    # before: the 1 record the revoked copy handed out, dropped by the parked object
+    assert stats.duplicate_records_dropped == (4 if order == "parked inside the block" else 1)
+    assert stats.duplicate_blocks_dropped == 0  # (no copy was dropped whole)
+    assert first.exhausted
+
+
+@settings(max_examples=400)
+@given(rnd=st.randoms(use_true_random=False), chunks=st.booleans())
+def test_objects_in_progress_with_shared_blocks_hand_out_every_record_once(
+    rnd: Any, chunks: bool
+) -> None:
+    """Copies of the same blocks in 2-4 objects, opened, taken from in turns (a few
+    records at a time, by take or take_chunks) and dropped midway (then read again
+    later), in random order: every record is handed out exactly once."""
+    blocks = [(1, seq, rnd.randint(1, 3)) for seq in range(rnd.randint(1, 4))]
+    objs = [rnd.sample(blocks, rnd.randint(1, len(blocks))) for _ in range(rnd.randint(2, 4))]
+    expected = {
+        b"1/%d/%d" % (seq, r) for _, seq, n in {b for o in objs for b in o} for r in range(n)
+    }
+    d, _ = make_dedup()
+    turns = Turns(chunks)
+    queue = rnd.sample(range(len(objs)), len(objs))
+    in_progress: list[tuple[int, Current]] = []
+
+    def open_next() -> None:
+        i = queue.pop(0)
+        cur = turns.fetch(d, objs[i])
+        if not cur.exhausted:
+            in_progress.append((i, cur))
+
+    for _ in range(rnd.randint(3, 25)):
+        r = rnd.random()
+        if queue and (r < 0.3 or not in_progress):
+            open_next()
+        elif in_progress and r < 0.85:
+            j = rnd.randrange(len(in_progress))
+            turns.take(in_progress[j][1], rnd.randint(1, 4))
+            if in_progress[j][1].exhausted:
+                in_progress.pop(j)
+        elif in_progress:  # its partition revoked: dropped midway, read again later
+            i, cur = in_progress.pop(rnd.randrange(len(in_progress)))
+            turns.drop(cur)
+            queue.append(i)
+    while in_progress or queue:
+        if not in_progress:
+            open_next()
+            continue
+        _, cur = in_progress.pop(0)
+        while not cur.exhausted:
+            turns.take(cur, rnd.randint(1, 4))
+    assert sorted(turns.got) == sorted(expected)
+
+
+def copy_of(turns: Turns, d: Deduplicator, blocks: list[tuple[int, list[int]]]) -> Current:
+    """An object holding (sequence, the record numbers it keeps) blocks of producer 1
+    (fewer than all after a seek into a block or a time floor), fetched once the current
+    one is parked: it becomes current."""
+    turns.park()
+    msgs: list[Message] = []
+    spans: list[BlockSpan] = []
+    for i, (seq, recs) in enumerate(blocks):
+        spans.append(BlockSpan(i, 1, 0, seq, len(recs)))
+        msgs += [
+            Message("t", 0, 0, i, r, 0, None, b"%d/%d" % (seq, r), None, 1, 0, seq, "k")
+            for r in recs
+        ]
+    adm = d.admit("t", msgs, spans)
+    turns.active = Current(pending(), adm.messages, adm.tracked, d)
+    return turns.active
+
+
+def test_only_the_records_handed_out_are_claimed_when_a_copy_has_gaps() -> None:
+    """A copy keeping records 0, 2, 4 (a time floor) hands out 0 and 2: record 1 is not
+    claimed, so a whole copy still hands it out."""
+    d, _ = make_dedup()
+    turns = Turns()
+    floor = copy_of(turns, d, [(0, [0, 2, 4])])
+    turns.take(floor, 2)
+    whole = copy_of(turns, d, [(0, [0, 1, 2, 3, 4])])
+    turns.take(whole, 10)
+    turns.take(floor, 10)
+    assert sorted(turns.got) == [b"0/0", b"0/1", b"0/2", b"0/3", b"0/4"]
+
+
+def test_a_run_is_checked_whole_not_only_at_its_first_record() -> None:
+    """A copy started inside the block (seek) hands out records 2 and 3; a whole copy,
+    fetched before, skips exactly those."""
+    d, _ = make_dedup()
+    turns = Turns()
+    whole = copy_of(turns, d, [(0, list(range(6)))])
+    inside = copy_of(turns, d, [(0, [2, 3, 4, 5])])
+    turns.take(inside, 2)
+    turns.take(whole, 10)
+    turns.take(inside, 10)
+    assert sorted(turns.got) == [b"0/%d" % r for r in range(6)]
+
+
+def test_separate_claims_on_one_block_are_all_kept() -> None:
+    d, _ = make_dedup()
+    turns = Turns()
+    inside = copy_of(turns, d, [(0, [2, 3, 4, 5])])
+    turns.take(inside, 2)  # 2-3
+    turns.drop(inside)
+    trimmed = copy_of(turns, d, [(0, list(range(6)))])  # keeps 0, 1, 4, 5
+    turns.take(trimmed, 1)  # 0: 2-3 stay claimed
+    turns.drop(trimmed)
+    third = copy_of(turns, d, [(0, list(range(6)))])
+    for cur in (third, inside, trimmed):
+        turns.take(cur, 10)
+    assert sorted(turns.got) == [b"0/%d" % r for r in range(6)]
+
+
+def test_claims_of_objects_in_progress_are_not_evicted_by_a_small_window() -> None:
+    stats = Counters()
+    d = Deduplicator(DedupWindow(blocks=100, producers=1, window_ms=10**9), stats)
+    turns = Turns()
+    a = copy_of(turns, d, [(0, [0, 1, 2])])
+    turns.take(a, 1)  # parked inside block 0
+    b = copy_of(turns, d, [(1, [0, 1, 2])])
+    turns.take(b, 1)
+    c = copy_of(turns, d, [(0, [0, 1, 2])])
+    for cur in (c, a, b):
+        turns.take(cur, 10)
+    assert sorted(turns.got) == [b"0/0", b"0/1", b"0/2", b"1/0", b"1/1", b"1/2"]
+
+
+def admitted(d: Deduplicator, blocks: list[tuple[int, int, int]]) -> tuple[Any, Any]:
+    msgs, spans = fetched(blocks)
+    adm = d.admit("t", msgs, spans)
+    return adm.messages, adm.tracked
 
 
 @pytest.mark.parametrize("chunks", [False, True])
@@ -248,6 +444,7 @@ def test_a_block_handed_out_meanwhile_by_another_object_is_dropped_when_reached(
     adm = d.admit("t", msgs, spans)
     parked = Current(pending(), adm.messages, adm.tracked, d)
     assert len(parked.take(1)) == 1
+    parked.left_midway()  # (parked: its partition paused)
     _, got = hand_out(d, [(1, 1, 3)])  # another object hands block 1 out meanwhile
     assert len(got) == 3
 
