@@ -125,7 +125,9 @@ class Deduplicator:
             else:
                 runs = [(start, pos_in)]
             length = sum(b - a for a, b in runs)
-            if not length:  # (every record of it was handed out)
+            if not length:  # every record of it was handed out: a copy, audited as such
+                stats.duplicate_blocks_dropped += 1
+                dropped.add(sp.block)
                 continue
             tracked.append(Tracked(bid, sp.block, pos_out, pos_out + length))
             pos_out += length
@@ -160,7 +162,8 @@ class Deduplicator:
         return self.window.verdict(block, self._now()) is Verdict.DUPLICATE
 
     def dropped(self, records: int, whole: bool) -> None:
-        """Count records of a kept block dropped as handed out elsewhere meanwhile."""
+        """Count records of a kept block dropped as handed out elsewhere meanwhile
+        (``whole``: none of the block is handed out from this copy)."""
         self._stats.duplicate_records_dropped += records
         if whole:
             self._stats.duplicate_blocks_dropped += 1
@@ -298,7 +301,6 @@ class Current:
         """``count`` records of kept block ``t`` were handed out elsewhere: count them,
         and audit the block as a dropped copy if none of it is handed out here."""
         assert self._dedup is not None
-        self._dedup.dropped(count, whole)
         p = self.pending
         for i, audit in enumerate(p.blocks):
             if audit.index == t.index:
@@ -306,9 +308,11 @@ class Current:
                 if whole or left <= 0:
                     p.copies.append(audit)
                     del p.blocks[i]
+                    whole = True
                 else:
                     p.blocks[i] = dataclasses.replace(audit, records=left)
-                return
+                break
+        self._dedup.dropped(count, whole)
 
     def take(self, n: int) -> list[Message]:
         """Up to ``n`` more records."""

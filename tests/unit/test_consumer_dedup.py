@@ -3,6 +3,7 @@ and the Deduplicator that applies it to fetched objects."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 
 from memq.consumer.config import ConsumerConfig
 from memq.consumer.dedup import BlockId, DedupWindow, Verdict
-from memq.consumer.fetcher import BlockSpan
+from memq.consumer.fetcher import BlockAudit, BlockSpan
 from memq.consumer.handout import Current, Deduplicator
 from memq.consumer.message import Message
 from memq.consumer.pending import Pending
@@ -410,6 +411,39 @@ def test_separate_claims_on_one_block_are_all_kept() -> None:
     for cur in (third, inside, trimmed):
         turns.take(cur, 10)
     assert sorted(turns.got) == [b"0/%d" % r for r in range(6)]
+
+
+def test_a_copy_whose_records_were_all_claimed_is_a_dropped_copy() -> None:
+    """Every record of block 0 was handed out by an object since revoked midway (block 1
+    not finished): the next copy of block 0 is dropped as a copy, counted and audited as
+    dropped, not consumed."""
+    d, stats = make_dedup()
+    d.claim(BlockId("t", 1, 0, 0), [(0, 2)])
+    msgs, spans = fetched([(1, 0, 2), (1, 1, 1)])
+    adm = d.admit("t", msgs, spans)
+    assert adm.dropped == {0}
+    assert [m.value for m in adm.messages] == [b"1/1/0"]
+    assert (stats.duplicate_blocks_dropped, stats.duplicate_records_dropped) == (1, 2)
+
+
+def test_records_dropped_as_handed_out_elsewhere_leave_the_audit_with_what_was_handed_out() -> None:
+    d, stats = make_dedup()
+    turns = Turns()
+    first = copy_of(turns, d, [(0, [0, 1, 2, 3])])
+    turns.park()  # before taking anything
+    second = copy_of(turns, d, [(0, [0, 1, 2, 3])])
+    audit = BlockAudit(0, 1, 0, 0, 4, 0, 0)
+    first.pending.blocks, second.pending.blocks = [audit], [audit]
+    turns.take(second, 2)  # 0-1, then parked: claimed
+    turns.take(first, 2)  # 2-3 (0-1 dropped): the block is done
+    turns.take(second, 10)  # its 2-3 were handed out by the first: dropped
+    assert sorted(turns.got) == [b"0/0", b"0/1", b"0/2", b"0/3"]
+    half = dataclasses.replace(audit, records=2)
+    assert (first.pending.blocks, second.pending.blocks) == ([half], [half])
+    assert first.pending.copies == second.pending.copies == []
+    assert stats.duplicate_records_dropped == 4
+    assert stats.duplicate_blocks_dropped == 0
+    assert first.exhausted and second.exhausted
 
 
 def test_claims_of_objects_in_progress_are_not_evicted_by_a_small_window() -> None:
