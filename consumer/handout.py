@@ -73,8 +73,8 @@ class Deduplicator:
         self.window = window
         self._stats = stats
         self._clock = clock
-        #: Blocks handed out in part (objects in progress, or left midway): the runs of
-        #: record numbers [first, end) handed out, sorted and disjoint (bounded: the
+        #: Blocks handed out in part by objects left midway (parked or dropped): the runs
+        #: of record numbers [first, end) handed out, sorted and disjoint (bounded: the
         #: least recently updated go first, which can only let a record out twice).
         self._partial: dict[BlockId, list[tuple[int, int]]] = {}
 
