@@ -151,7 +151,7 @@ CONSUME_ROWS = ("s3", "s3_batch", "s3raw", "filesystem", "kafka")
 
 
 def consume(quick: bool, reps: int) -> dict[str, Any]:
-    records = 8_192 if quick else 131_072
+    records = 8_192 if quick else bench_consume.FULL_RECORDS
     runs = []
     for rep in range(reps):
         eprint(f"consume rep {rep + 1}/{reps}")
