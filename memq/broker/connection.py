@@ -22,6 +22,7 @@ import msgpack
 from pydantic import BaseModel
 
 from memq.acl import AclTable
+from memq.aio import WriteCoalescer
 from memq.broker.cluster import AdminResponse
 from memq.broker.host import BrokerHost
 from memq.errors import (
@@ -115,6 +116,8 @@ class BrokerConnection(asyncio.BufferedProtocol):
         self.read_limit = 2 * cfg.max_frame_bytes
         self.idle_timeout = cfg.idle_timeout_s
         self.transport: asyncio.Transport | None = None
+        #: Responses made in one turn of the event loop go out in one send (memq.aio).
+        self._out: WriteCoalescer | None = None
         self.peer = "?"
         self._wake = asyncio.Event()
         self._closed = False  # we closed it: stop handling frames
@@ -143,6 +146,7 @@ class BrokerConnection(asyncio.BufferedProtocol):
             transport.abort()
             self._closed = True
             return
+        self._out = WriteCoalescer(asyncio.get_running_loop(), transport)
         self.server.connections.add(self)
         self.server.metrics.connections.set(len(self.server.connections))
         auth = self.server.config.auth
@@ -185,6 +189,8 @@ class BrokerConnection(asyncio.BufferedProtocol):
         self._closed = True
         self._wake.set()
         if self.transport is not None and not self.transport.is_closing():
+            if self._out is not None:
+                self._out.flush()  # responses made before close() go out
             self.transport.close()
 
     # --- frame pump ---------------------------------------------------------------------
@@ -239,8 +245,8 @@ class BrokerConnection(asyncio.BufferedProtocol):
         self.close()
 
     def _send(self, data: bytes) -> None:
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.write(data)
+        if self._out is not None:
+            self._out.write(data)
 
     def respond(self, req_type: int, rid: int, body: bytes | memoryview = b"") -> None:
         self.server.metrics.requests.labels(_type_name(req_type), "OK").inc()

@@ -25,6 +25,7 @@ from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from memq.aio import LoopInbox
 from memq.broker.metrics import BrokerMetrics
 from memq.broker.pool import BufferPool, size_classes
 from memq.config import TopicConfig
@@ -299,7 +300,7 @@ class TopicProcessor:
         try:
             t0 = time.monotonic()
             try:
-                stored = await loop.run_in_executor(
+                stored = await LoopInbox.of(loop).run(
                     self.executor, self.writer.store, self.topic, bid, created, view
                 )
             except Exception as e:  # the writer's typed errors, or anything unexpected
@@ -327,7 +328,7 @@ class TopicProcessor:
                 await self._notify_after(batch)
             t0 = time.monotonic()
             try:
-                await asyncio.wrap_future(self._publish(batch, note))
+                await LoopInbox.of(loop).wrap(self._publish(batch, note))
             except Exception as e:
                 self.metrics.errors.labels("notification").inc()
                 await self._drop_orphan(stored)

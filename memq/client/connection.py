@@ -14,6 +14,7 @@ import socket
 import ssl
 from typing import TYPE_CHECKING, Any
 
+from memq.aio import WriteCoalescer
 from memq.errors import (
     AuthenticationError,
     BrokerUnreachableError,
@@ -60,6 +61,8 @@ class ClientConnection(asyncio.Protocol):
         self.address = address
         self.decoder = FrameDecoder(max_frame_size)
         self.transport: asyncio.Transport | None = None
+        #: Frames written in one turn of the event loop go out in one send (memq.aio).
+        self._out: WriteCoalescer | None = None
         self._pending: dict[int, asyncio.Future[Response]] = {}
         self._ids = itertools.count(1)
         self._lost: MemqError | None = None
@@ -129,6 +132,7 @@ class ClientConnection(asyncio.Protocol):
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
+        self._out = WriteCoalescer(asyncio.get_running_loop(), transport)
 
     def data_received(self, data: bytes) -> None:
         self.decoder.feed(data)
@@ -199,10 +203,11 @@ class ClientConnection(asyncio.Protocol):
         self._write_now(req_type, rid, body)
 
     def _write_now(self, req_type: int, rid: int, body: tuple[bytes | memoryview, ...]) -> None:
-        """Write one frame, part by part: no join copy."""
-        transport = self._check_open()
-        for part in request_frame_parts(req_type, rid, *body):
-            transport.write(part)
+        """Write one frame, part by part (no join copy of a large body); small frames
+        written in the same turn of the event loop are sent together."""
+        self._check_open()
+        assert self._out is not None
+        self._out.write(*request_frame_parts(req_type, rid, *body))
 
     async def send(self, req_type: int, *body: bytes | memoryview, timeout: float = 30.0) -> None:
         """Send a request that gets no response (WRITE with ack=0)."""
@@ -272,6 +277,8 @@ class ClientConnection(asyncio.Protocol):
 
     def close(self) -> None:
         if self.transport is not None and not self.transport.is_closing():
+            if self._out is not None:
+                self._out.flush()  # what was written before close() goes out
             self.transport.close()
 
 

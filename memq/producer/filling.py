@@ -20,6 +20,7 @@ import time
 from collections.abc import Sequence
 from itertools import accumulate
 
+from memq.aio import LoopInbox
 from memq.errors import ClientClosedError, MemqError
 from memq.formats.block import BLOCK_HEADER_SIZE, Header
 from memq.producer.accumulator import OpenBlock, SealedBlock
@@ -45,6 +46,8 @@ class BlockFilling:
     config: ProducerConfig
     _sender: Sender
     _loop: asyncio.AbstractEventLoop
+    #: Hands blocks to the I/O loop: one wake-up per burst of opened or sealed blocks.
+    _inbox: LoopInbox
     _thread: threading.Thread
     _lock: threading.Lock
     _changed: threading.Condition
@@ -200,7 +203,7 @@ class BlockFilling:
             acc.lane, acc.lane_seq = lane[1], seq
             self._keyed[lane] = acc
             self._open.add(acc)
-        self._loop.call_soon_threadsafe(self._arm_linger, acc)
+        self._inbox.call(self._arm_linger, acc)
 
     def _open_block(self, topic: str, limit: int) -> OpenBlock:
         """A new open block for the calling thread, holding ``limit`` bytes of budget."""
@@ -210,7 +213,7 @@ class BlockFilling:
             self._reserve(limit)
             acc = OpenBlock(topic, capacity=limit - BLOCK_HEADER_SIZE, reserved=limit)
             self._open.add(acc)
-        self._loop.call_soon_threadsafe(self._arm_linger, acc)
+        self._inbox.call(self._arm_linger, acc)
         return acc
 
     def _reserve(self, size: int) -> None:
@@ -250,16 +253,14 @@ class BlockFilling:
                 del self._keyed[(acc.topic, acc.lane)]
             if not acc.count:
                 if acc.lane is not None:  # never sent: the lane's next block may go
-                    self._loop.call_soon_threadsafe(
-                        self._sender.lanes.done, (acc.topic, acc.lane), acc.lane_seq
-                    )
+                    self._inbox.call(self._sender.lanes.done, (acc.topic, acc.lane), acc.lane_seq)
                 return
             self._pending_records += acc.count
             seq = self._seq.get(acc.topic, 0)
             self._seq[acc.topic] = seq + 1
             block = acc.seal(seq)
             self._inflight.add(block)
-        self._loop.call_soon_threadsafe(self._sender.spawn, block)
+        self._inbox.call(self._sender.spawn, block)
 
     def _arm_linger(self, acc: OpenBlock) -> None:
         self._loop.call_later(self.config.linger_ms / 1000, self._linger, acc)

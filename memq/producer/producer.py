@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from itertools import accumulate, repeat
 from typing import Any
 
+from memq.aio import LoopInbox
 from memq.audit.client import ClientAudit
 from memq.client.bootstrap import resolve_client
 from memq.client.stats import StatsCollector, split_stats_cb, stats_ticker
@@ -126,6 +127,7 @@ class Producer(BlockFilling):
         self._closed = False
         self._encoder = ThreadPoolExecutor(cfg.encode_threads, thread_name_prefix="memq-encode")
         self._loop = asyncio.new_event_loop()
+        self._inbox = LoopInbox(self._loop)
         self._sender = Sender(
             cfg,
             bootstrap,
