@@ -40,10 +40,12 @@ class OpenBlock:
     """
 
     topic: str
-    #: Record bytes this block may take (the block limit minus the block header).
+    #: Record bytes this block may take now (its reservation minus the block header).
     capacity: int = 1 << 62
     #: Bytes of the producer's buffer.memory this block holds.
     reserved: int = 0
+    #: The most it may reserve (the block limit): it grows while it fills.
+    limit: int = 1 << 62
     created: float = field(default_factory=time.monotonic)
     lock: threading.Lock = field(default_factory=threading.Lock)
     sealed: bool = False

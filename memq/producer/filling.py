@@ -3,8 +3,11 @@
 An unkeyed record goes to the calling thread's open block of its topic (no lock per
 record); a keyed record to the open block of its key lane (:mod:`memq.producer.lanes`),
 shared by every thread so a key's records keep the order of the produce() calls. Opening a
-block reserves its size of ``buffer.memory`` (waiting up to ``max.block.ms``); a block is
-sealed when full, when ``linger.ms`` passes (a key lane's block keeps filling while an
+block reserves :data:`FIRST_RESERVE` bytes of ``buffer.memory`` (waiting up to
+``max.block.ms``) and a filling block takes more as it grows, up to its limit, without
+waiting (a block that cannot grow is sealed and the next one waits): so a thousand
+trickling topics hold a thousand small reservations, not a thousand ``batch.size`` ones
+(which made produce() wait for lingers to free them). A block is sealed when full, when ``linger.ms`` passes (a key lane's block keeps filling while an
 earlier block of its lane is in flight), or on flush, and handed to the sender.
 
 :class:`BlockFilling` is the part of :class:`memq.producer.producer.Producer` that does
@@ -32,6 +35,10 @@ from memq.producer.sender import Sender
 __all__ = ["BlockFilling", "BufferFullError"]
 
 log = logging.getLogger(__name__)
+
+
+#: buffer.memory taken when a block opens (at most its limit); it doubles as it fills.
+FIRST_RESERVE = 16 * 1024
 
 
 class BufferFullError(MemqError, BufferError):
@@ -102,6 +109,8 @@ class BlockFilling:
                     parts.append((acc.result, added))
                     done += added
                     continue
+                if self._grow(acc, totals[done + 1] - totals[done]):
+                    continue
                 self._seal(acc)  # full
             if lane is None:
                 blocks[topic] = self._open_block(topic, limit)
@@ -146,6 +155,8 @@ class BlockFilling:
                 fut = acc.try_add(ts, key, value, headers, size, on_delivery)
                 if fut is not None:
                     return fut
+                if self._grow(acc, size):
+                    continue
                 self._seal(acc)  # full
             self._open_lane_block(lane, acc, limit)
 
@@ -192,29 +203,54 @@ class BlockFilling:
                 if tmeta is not None and tmeta.max_block_bytes:
                     grown = min(tmeta.max_block_bytes * 3 // 4, self.config.buffer_memory // 4)
                     limit = max(limit, grown)
-            self._reserve(limit)  # may wait (releasing the lock)
+            first = min(limit, FIRST_RESERVE)
+            self._reserve(first)  # may wait (releasing the lock)
             if self._keyed.get(lane) is not old:  # another thread opened one meanwhile
-                self._buffered -= limit
+                self._buffered -= first
                 self._changed.notify_all()
                 return
             seq = self._lane_opened.get(lane, 0)
             self._lane_opened[lane] = seq + 1
-            acc = OpenBlock(lane[0], capacity=limit - BLOCK_HEADER_SIZE, reserved=limit)
+            acc = OpenBlock(
+                lane[0], capacity=first - BLOCK_HEADER_SIZE, reserved=first, limit=limit
+            )
             acc.lane, acc.lane_seq = lane[1], seq
             self._keyed[lane] = acc
             self._open.add(acc)
         self._inbox.call(self._arm_linger, acc)
 
     def _open_block(self, topic: str, limit: int) -> OpenBlock:
-        """A new open block for the calling thread, holding ``limit`` bytes of budget."""
+        """A new open block for the calling thread, of at most ``limit`` bytes; it holds
+        :data:`FIRST_RESERVE` bytes of budget (at most ``limit``) and grows (``_grow``)."""
+        first = min(limit, FIRST_RESERVE)
         with self._lock:
             if self._closed:
                 raise ClientClosedError("producer is closed")
-            self._reserve(limit)
-            acc = OpenBlock(topic, capacity=limit - BLOCK_HEADER_SIZE, reserved=limit)
+            self._reserve(first)
+            acc = OpenBlock(topic, capacity=first - BLOCK_HEADER_SIZE, reserved=first, limit=limit)
             self._open.add(acc)
         self._inbox.call(self._arm_linger, acc)
         return acc
+
+    def _grow(self, acc: OpenBlock, need: int) -> bool:
+        """Let ``acc`` take ``need`` more record bytes: double its reservation (or more,
+        for a large record), up to its limit, if buffer.memory has room now; never waits.
+        False: it is sealed, at its limit, or memory is short (the caller seals it)."""
+        want = acc.size + need + BLOCK_HEADER_SIZE
+        if want > acc.limit:
+            return False
+        with self._lock:
+            new = min(acc.limit, max(acc.reserved * 2, want))
+            extra = new - acc.reserved
+            if self._buffered + extra > self.config.buffer_memory:
+                return False
+            with acc.lock:  # a seal accounts for ``reserved`` under self._lock too
+                if acc.sealed:
+                    return False
+                acc.reserved = new
+                acc.capacity = new - BLOCK_HEADER_SIZE
+            self._buffered += extra
+        return True
 
     def _reserve(self, size: int) -> None:
         """Take ``size`` bytes of buffer.memory (under the lock), waiting up to max.block.ms."""
@@ -223,7 +259,8 @@ class BlockFilling:
             self._buffered += size
             return
         # Inside a delivery callback nothing frees buffer space while we wait: don't.
-        block_ms = 0 if self._on_io_thread() else self.config.max_block_ms
+        in_callback = self._on_io_thread()
+        block_ms = 0 if in_callback else self.config.max_block_ms
         deadline = time.monotonic() + block_ms / 1000
         while self._buffered + size > cap and self._buffered > 0:
             left = deadline - time.monotonic()
@@ -233,7 +270,7 @@ class BlockFilling:
                 raise BufferFullError(
                     f"producer buffer full ({self._buffered} of buffer.memory={cap} bytes) for "
                     f"max.block.ms={block_ms}"
-                    + (" (produce() in a delivery callback never blocks)" if not block_ms else "")
+                    + (" (produce() in a delivery callback never blocks)" if in_callback else "")
                     + ": the brokers are not keeping up; slow down, raise buffer.memory, or "
                     "check broker health"
                 )

@@ -215,6 +215,8 @@ class Producer(BlockFilling):
                 fut = acc.try_add(ts, k, v, h, size, on_delivery)
                 if fut is not None:
                     return fut
+                if self._grow(acc, size):
+                    continue
                 self._seal(acc)  # full (a no-op if linger or flush sealed it already)
             blocks[topic] = self._open_block(topic, limit)
 

@@ -55,6 +55,41 @@ def test_buffer_full_blocks_then_raises(memq_stack: StackState, s3_bucket: str) 
             p.close()
 
 
+def test_many_topics_share_buffer_memory_and_blocks_still_fill(
+    memq_stack: StackState, s3_bucket: str
+) -> None:
+    """An open block holds a small part of buffer.memory and takes more as it fills: 40
+    topics with one record each fit in 4 MiB (with a whole batch.size of 1 MiB each, the
+    5th produce() would have had to wait for a linger), and a busy topic's block still
+    grows to batch.size (all its records in one block)."""
+    trickle = [f"few-{i:02d}" for i in range(40)]
+    cfg = broker_config(memq_stack, bucket=s3_bucket, topics=[*trickle, "busy"], batch_ms=50)
+    with BrokerThread(cfg) as broker:
+        p = Producer(
+            {
+                "bootstrap.servers": broker.address,
+                "buffer.memory": 4 << 20,
+                "batch.size": 1 << 20,
+                "max.block.ms": 0,  # BufferFullError at once instead of waiting
+                "linger.ms": 60_000,  # only flush() seals
+                "compression.type": "none",
+            }
+        )
+        try:
+            values = [os.urandom(1000) for _ in range(900)]  # ~0.9 MB: one 1 MiB block
+            busy = [p.produce("busy", v) for v in values]
+            few = [p.produce(t, t.encode()) for t in trickle]
+            assert p.flush(60) == 0
+            assert {f.result(0).sequence for f in busy} == {busy[0].result(0).sequence}
+            assert [f.result(0).topic for f in few] == trickle
+            assert p.stats["buffered_bytes"] == 0
+        finally:
+            p.close()
+    objs = read_objects(memq_stack.s3_client(), s3_bucket, topic="busy")
+    assert [len(recs) for o in objs for _, recs in o.blocks] == [900]
+    assert sorted(r[2] for o in objs for r in o.records) == sorted(values)
+
+
 def test_hedged_upload_wins_when_the_first_attempt_hangs(
     memq_stack: StackState, s3_bucket: str
 ) -> None:
