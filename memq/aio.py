@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import sys
 import threading
 import weakref
 from collections.abc import Callable
@@ -34,19 +33,16 @@ T = TypeVar("T")
 #: once this much is pending it is written at once.
 COALESCE_BYTES = 64 * 1024
 
-#: From Python 3.12 ``writelines`` sends a list of buffers with one ``sendmsg`` (no copy);
-#: before, it joined them (a copy of every part), so large parts are written one by one.
-_SCATTER_WRITES = sys.version_info >= (3, 12)
-
 
 class LoopInbox:
     """Callbacks posted from any thread, run on ``loop`` in posting order; the loop is
     woken once per burst, not once per callback."""
 
-    __slots__ = ("_armed", "_items", "_loop", "_loop_thread")
+    __slots__ = ("__weakref__", "_armed", "_items", "_loop_ref", "_loop_thread")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
+        # A weak reference: :meth:`of` keeps inboxes in a WeakKeyDictionary by loop.
+        self._loop_ref = weakref.ref(loop)
         self._items: collections.deque[tuple[Callable[..., Any], tuple[Any, ...]]] = (
             collections.deque()
         )
@@ -62,43 +58,61 @@ class LoopInbox:
             inbox = _INBOXES[loop] = cls(loop)
         return inbox
 
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        loop = self._loop_ref()
+        if loop is None:
+            raise RuntimeError("the event loop is gone")
+        return loop
+
     def call(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` on the loop soon (from any thread). Raises RuntimeError
         if the loop is closed (as ``loop.call_soon_threadsafe`` does)."""
         # Append first, then look at the flag: a drain that cleared the flag before this
         # read pops this item or is followed by the drain scheduled here (under the GIL
         # the deque and the flag are seen in one order by every thread).
-        self._items.append((fn, args))
+        item = (fn, args)
+        self._items.append(item)
         if self._armed:
             return
         self._armed = True
-        if threading.get_ident() == self._loop_thread:
-            self._loop.call_soon(self._drain)  # on the loop: no self-pipe write
-            return
         try:
-            self._loop.call_soon_threadsafe(self._drain)
-        except RuntimeError:  # the loop is closed
+            if threading.get_ident() == self._loop_thread:
+                self.loop.call_soon(self._drain)  # on the loop: no self-pipe write
+            else:
+                self.loop.call_soon_threadsafe(self._drain)
+        except RuntimeError:  # the loop is closed (or gone): this call did not happen
             self._armed = False
-            self._items.clear()
+            with contextlib.suppress(ValueError):
+                self._items.remove(item)
             raise
 
     def _drain(self) -> None:
+        """Run what was posted before this drain began (what is posted meanwhile arms
+        the next one): the loop gets back to I/O and timers between bursts."""
         self._loop_thread = threading.get_ident()
         self._armed = False
         items = self._items
-        while items:
-            fn, args = items.popleft()
-            try:
-                fn(*args)
-            except Exception as e:  # as a Handle would: report it, run the rest
-                self._loop.call_exception_handler(
-                    {"message": f"exception in callback {fn!r}", "exception": e}
-                )
+        left = len(items)
+        try:
+            while left:
+                left -= 1
+                fn, args = items.popleft()
+                try:
+                    fn(*args)
+                except Exception as e:  # as a Handle would: report it, run the rest
+                    self.loop.call_exception_handler(
+                        {"message": f"exception in callback {fn!r}", "exception": e}
+                    )
+        finally:
+            if left and not self._armed:  # a BaseException left some: run them later
+                self._armed = True
+                self.loop.call_soon(self._drain)
 
     def wrap(self, cf: ConcurrentFuture[T]) -> asyncio.Future[T]:
         """An asyncio future on the loop with ``cf``'s outcome (``asyncio.wrap_future``
         with a batched wake-up). Cancelling it cancels ``cf`` if it has not started."""
-        fut: asyncio.Future[T] = self._loop.create_future()
+        fut: asyncio.Future[T] = self.loop.create_future()
 
         def done(src: ConcurrentFuture[T]) -> None:
             with contextlib.suppress(RuntimeError):  # loop closed: nobody waits any more
@@ -152,9 +166,11 @@ class WriteCoalescer:
         self._scheduled = False
 
     def write(self, *parts: bytes | bytearray | memoryview) -> None:
-        self._parts.extend(parts)
         for p in parts:
-            self._pending += p.nbytes if type(p) is memoryview else len(p)
+            n = p.nbytes if type(p) is memoryview else len(p)
+            if n:  # an empty part would be a no-op write (and, buffered, never drain)
+                self._parts.append(p)
+                self._pending += n
         if self._pending >= COALESCE_BYTES:
             self.flush()
         elif not self._scheduled:
@@ -174,10 +190,12 @@ class WriteCoalescer:
         t = self.transport
         if t.is_closing():
             return
+        # Not ``writelines``: before 3.12 it joins every part (a copy of large bodies),
+        # and on 3.12.0-3.12.8 and 3.13.0-3.13.1 it never calls pause_writing (CPython
+        # gh-127655), which back-pressure relies on. Small parts are joined (one copy of
+        # a few bytes), large ones written as they are.
         if len(parts) == 1:
             t.write(parts[0])
-        elif _SCATTER_WRITES:
-            t.writelines(parts)
         else:
             small: list[bytes | bytearray | memoryview] = []
             for p in parts:

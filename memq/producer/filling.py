@@ -74,6 +74,8 @@ class BlockFilling:
     _lane_writers: dict[str, tuple[object, list[str]]]
     #: Bytes of buffer.memory taken by open, sealed and in-flight blocks.
     _buffered: int
+    #: Threads waiting in ``_reserve`` (growing blocks then leave memory to them).
+    _waiting: int
     #: Records in sealed blocks not completed yet.
     _pending_records: int
     _closed: bool
@@ -113,9 +115,9 @@ class BlockFilling:
                     continue
                 self._seal(acc)  # full
             if lane is None:
-                blocks[topic] = self._open_block(topic, limit)
+                blocks[topic] = self._open_block(topic, limit, totals[done + 1] - totals[done])
             else:
-                self._open_lane_block((topic, lane), acc, limit)
+                self._open_lane_block((topic, lane), acc, limit, totals[done + 1] - totals[done])
 
     # --- keyed records -----------------------------------------------------------------
 
@@ -158,7 +160,7 @@ class BlockFilling:
                 if self._grow(acc, size):
                     continue
                 self._seal(acc)  # full
-            self._open_lane_block(lane, acc, limit)
+            self._open_lane_block(lane, acc, limit, size)
 
     def _produce_keyed_many(
         self,
@@ -182,9 +184,11 @@ class BlockFilling:
             self._fill(topic, lane, ts, sub_keys, [values[i] for i in idx], totals, limit, parts)
         return parts
 
-    def _open_lane_block(self, lane: tuple[str, str], old: OpenBlock | None, limit: int) -> None:
+    def _open_lane_block(
+        self, lane: tuple[str, str], old: OpenBlock | None, limit: int, need: int
+    ) -> None:
         """Replace ``lane``'s open block ``old`` (None: it has none) by a new one, unless
-        another thread did already.
+        another thread did already; it reserves room for a first record of ``need`` bytes.
 
         A lane sends one block at a time, so while an earlier block of the lane is in
         flight the new one may grow past batch.size, up to 3/4 of the topic's largest
@@ -203,7 +207,7 @@ class BlockFilling:
                 if tmeta is not None and tmeta.max_block_bytes:
                     grown = min(tmeta.max_block_bytes * 3 // 4, self.config.buffer_memory // 4)
                     limit = max(limit, grown)
-            first = min(limit, FIRST_RESERVE)
+            first = _first_reserve(limit, need)
             self._reserve(first)  # may wait (releasing the lock)
             if self._keyed.get(lane) is not old:  # another thread opened one meanwhile
                 self._buffered -= first
@@ -219,10 +223,11 @@ class BlockFilling:
             self._open.add(acc)
         self._inbox.call(self._arm_linger, acc)
 
-    def _open_block(self, topic: str, limit: int) -> OpenBlock:
+    def _open_block(self, topic: str, limit: int, need: int) -> OpenBlock:
         """A new open block for the calling thread, of at most ``limit`` bytes; it holds
-        :data:`FIRST_RESERVE` bytes of budget (at most ``limit``) and grows (``_grow``)."""
-        first = min(limit, FIRST_RESERVE)
+        room for its first record (``need`` bytes), at least :data:`FIRST_RESERVE`
+        bytes of budget (at most ``limit``), and grows (``_grow``)."""
+        first = _first_reserve(limit, need)
         with self._lock:
             if self._closed:
                 raise ClientClosedError("producer is closed")
@@ -240,6 +245,8 @@ class BlockFilling:
         if want > acc.limit:
             return False
         with self._lock:
+            if self._waiting:  # threads wait for memory: they go first (this one seals)
+                return False
             new = min(acc.limit, max(acc.reserved * 2, want))
             extra = new - acc.reserved
             if self._buffered + extra > self.config.buffer_memory:
@@ -274,7 +281,11 @@ class BlockFilling:
                     + ": the brokers are not keeping up; slow down, raise buffer.memory, or "
                     "check broker health"
                 )
-            self._changed.wait(left)
+            self._waiting += 1
+            try:
+                self._changed.wait(left)
+            finally:
+                self._waiting -= 1
         self._buffered += size
 
     def _seal(self, acc: OpenBlock) -> None:
@@ -314,3 +325,10 @@ class BlockFilling:
             self._arm_linger(acc)
             return
         self._seal(acc)
+
+
+def _first_reserve(limit: int, need: int) -> int:
+    """What a new block reserves: room for its first record (``need`` bytes and the
+    block header; so a block never has to grow, which does not wait, to take its first
+    record), at least :data:`FIRST_RESERVE`, at most ``limit``."""
+    return min(limit, max(FIRST_RESERVE, need + BLOCK_HEADER_SIZE))

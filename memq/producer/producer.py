@@ -123,6 +123,7 @@ class Producer(BlockFilling):
         #: Per topic: the metadata object the lanes were computed from, and its writers.
         self._lane_writers: dict[str, tuple[object, list[str]]] = {}
         self._buffered = 0
+        self._waiting = 0
         self._pending_records = 0
         self._closed = False
         self._encoder = ThreadPoolExecutor(cfg.encode_threads, thread_name_prefix="memq-encode")
@@ -218,7 +219,7 @@ class Producer(BlockFilling):
                 if self._grow(acc, size):
                     continue
                 self._seal(acc)  # full (a no-op if linger or flush sealed it already)
-            blocks[topic] = self._open_block(topic, limit)
+            blocks[topic] = self._open_block(topic, limit, size)
 
     def produce_batch(
         self,

@@ -204,3 +204,46 @@ def test_coalesced_frames_arrive_intact_over_a_real_socket() -> None:
         b.close()
 
     asyncio.run(main())
+
+
+def test_a_drain_runs_what_was_posted_before_it_and_lets_other_handles_run_between() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        inbox = LoopInbox(loop)
+        order: list[str] = []
+        done = asyncio.Event()
+
+        def first() -> None:
+            loop.call_soon(order.append, "handle")
+            inbox.call(order.append, "posted while draining")
+            inbox.call(done.set)
+
+        inbox.call(first)
+        await asyncio.wait_for(done.wait(), 10)
+        assert order == ["handle", "posted while draining"]
+
+    asyncio.run(main())
+
+
+def test_inboxes_do_not_keep_their_loops_alive() -> None:
+    import gc
+    import weakref
+
+    loop = asyncio.new_event_loop()
+    LoopInbox.of(loop).call(list, "posted, never drained")
+    ref = weakref.ref(loop)
+    loop.close()
+    del loop
+    gc.collect()
+    assert ref() is None
+
+
+def test_empty_parts_are_not_written() -> None:
+    async def main() -> None:
+        t = _Recorder()
+        out = WriteCoalescer(asyncio.get_running_loop(), t)
+        out.write(b"", b"x", memoryview(b""))
+        await asyncio.sleep(0)
+        assert t.writes == [b"x"]
+
+    asyncio.run(main())

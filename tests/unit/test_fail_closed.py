@@ -246,3 +246,67 @@ def test_produce_from_a_delivery_callback_never_freezes_the_io_thread() -> None:
     assert fired.wait(30), "the delivery callback did not finish: the I/O thread froze"
     assert outcome and (outcome[0] == "queued" or isinstance(outcome[0], BufferFullError))
     p.close(1)
+
+
+def _in_thread(fn: Any, seconds: float = 10) -> list[Any]:
+    """Run ``fn`` in a daemon thread; its result or exception, or [] if it hangs."""
+    out: list[Any] = []
+
+    def run() -> None:
+        try:
+            out.append(fn())
+        except BaseException as e:
+            out.append(e)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(seconds)
+    return out
+
+
+def test_a_record_larger_than_a_new_blocks_first_reserve_is_taken_or_refused_never_spun() -> None:
+    # A block opens with room for its first record: a record above the 16 KiB first
+    # reservation never makes produce() seal empty blocks in a loop.
+    p = Producer(
+        {
+            "bootstrap.servers": REFUSED,
+            "audit.enable": False,
+            "buffer.memory": 1 << 20,
+            "batch.size": 4 << 20,
+            "max.block.ms": 0,
+            "linger.ms": 60_000,
+            "compression.type": "none",
+        }
+    )
+    try:
+        # Bigger than buffer.memory, nothing else buffered: taken (as one block).
+        (first,) = _in_thread(lambda: p.produce("t", b"a" * ((1 << 20) + 10)))
+        assert not isinstance(first, BaseException)
+        # Now the buffer is over-full: a second large record is refused at once.
+        (second,) = _in_thread(lambda: p.produce("u", b"b" * 200_000))
+        assert isinstance(second, BufferFullError)
+    finally:
+        p.close(0.1)
+
+
+def test_a_large_record_waits_max_block_ms_then_raises_when_memory_stays_short() -> None:
+    p = Producer(
+        {
+            "bootstrap.servers": REFUSED,
+            "audit.enable": False,
+            "buffer.memory": 1 << 20,
+            "batch.size": 1 << 20,
+            "max.block.ms": 300,
+            "linger.ms": 60_000,
+            "compression.type": "none",
+        }
+    )
+    try:
+        for i in range(9):  # ~900 KB held by open blocks that linger for a minute
+            p.produce(f"t{i}", b"x" * 100_000)
+        t0 = time.monotonic()
+        (got,) = _in_thread(lambda: p.produce("big", b"y" * 200_000))
+        assert isinstance(got, BufferFullError)
+        assert 0.25 <= time.monotonic() - t0 < 5
+    finally:
+        p.close(0.1)
