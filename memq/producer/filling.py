@@ -3,12 +3,13 @@
 An unkeyed record goes to the calling thread's open block of its topic (no lock per
 record); a keyed record to the open block of its key lane (:mod:`memq.producer.lanes`),
 shared by every thread so a key's records keep the order of the produce() calls. Opening a
-block reserves :data:`FIRST_RESERVE` bytes of ``buffer.memory`` (waiting up to
-``max.block.ms``) and a filling block takes more as it grows, up to its limit, without
-waiting (a block that cannot grow is sealed and the next one waits): so a thousand
-trickling topics hold a thousand small reservations, not a thousand ``batch.size`` ones
-(which made produce() wait for lingers to free them). A block is sealed when full, when ``linger.ms`` passes (a key lane's block keeps filling while an
-earlier block of its lane is in flight), or on flush, and handed to the sender.
+block reserves :data:`FIRST_RESERVE` bytes of ``buffer.memory`` (or its first record's
+size), and a filling block takes more as it grows, up to its limit; both wait up to
+``max.block.ms`` for memory. So a thousand trickling topics hold a thousand small
+reservations, not a thousand ``batch.size`` ones (which made produce() wait for lingers
+to free them). A block is sealed when full, when ``linger.ms`` passes (a key lane's block
+keeps filling while an earlier block of its lane is in flight), or on flush, and handed
+to the sender.
 
 :class:`BlockFilling` is the part of :class:`memq.producer.producer.Producer` that does
 this; the producer owns the state it works on (declared below) and sets it up.
@@ -74,8 +75,6 @@ class BlockFilling:
     _lane_writers: dict[str, tuple[object, list[str]]]
     #: Bytes of buffer.memory taken by open, sealed and in-flight blocks.
     _buffered: int
-    #: Threads waiting in ``_reserve`` (growing blocks then leave memory to them).
-    _waiting: int
     #: Records in sealed blocks not completed yet.
     _pending_records: int
     _closed: bool
@@ -239,24 +238,28 @@ class BlockFilling:
 
     def _grow(self, acc: OpenBlock, need: int) -> bool:
         """Let ``acc`` take ``need`` more record bytes: double its reservation (or more,
-        for a large record), up to its limit, if buffer.memory has room now; never waits.
-        False: it is sealed, at its limit, or memory is short (the caller seals it)."""
+        for a large record), up to its limit and to buffer.memory, waiting for memory
+        as opening a block does (up to max.block.ms, then BufferFullError; never in a
+        delivery callback). Under load blocks so stay as large as batch.size allows.
+        False: it is sealed or can grow no more (the caller seals it)."""
         want = acc.size + need + BLOCK_HEADER_SIZE
-        if want > acc.limit:
+        cap = self.config.buffer_memory
+        if want > acc.limit or want > cap:
             return False
         with self._lock:
-            if self._waiting:  # threads wait for memory: they go first (this one seals)
+            old = acc.reserved
+            new = min(acc.limit, cap, max(old * 2, want))
+            extra = new - old
+            if extra <= 0 or acc.sealed:  # as large as it may be, or sealed: seal it
                 return False
-            new = min(acc.limit, max(acc.reserved * 2, want))
-            extra = new - acc.reserved
-            if self._buffered + extra > self.config.buffer_memory:
-                return False
+            self._reserve(extra)  # may wait (releasing the lock) or raise BufferFullError
             with acc.lock:  # a seal accounts for ``reserved`` under self._lock too
-                if acc.sealed:
-                    return False
+                if acc.sealed or acc.reserved != old:  # sealed, or grown by another thread
+                    self._buffered -= extra
+                    self._changed.notify_all()
+                    return not acc.sealed
                 acc.reserved = new
                 acc.capacity = new - BLOCK_HEADER_SIZE
-            self._buffered += extra
         return True
 
     def _reserve(self, size: int) -> None:
@@ -281,11 +284,7 @@ class BlockFilling:
                     + ": the brokers are not keeping up; slow down, raise buffer.memory, or "
                     "check broker health"
                 )
-            self._waiting += 1
-            try:
-                self._changed.wait(left)
-            finally:
-                self._waiting -= 1
+            self._changed.wait(left)
         self._buffered += size
 
     def _seal(self, acc: OpenBlock) -> None:

@@ -123,7 +123,6 @@ class Producer(BlockFilling):
         #: Per topic: the metadata object the lanes were computed from, and its writers.
         self._lane_writers: dict[str, tuple[object, list[str]]] = {}
         self._buffered = 0
-        self._waiting = 0
         self._pending_records = 0
         self._closed = False
         self._encoder = ThreadPoolExecutor(cfg.encode_threads, thread_name_prefix="memq-encode")
