@@ -44,8 +44,9 @@ class ProducerConfig(AuditedClientConfig):
     #: blocks; memory stays bounded by buffer.memory.
     max_in_flight: int = Field(default=256, ge=1, le=100_000, alias="max.in.flight")
     #: Bytes of records accepted but not yet acknowledged; produce() blocks beyond it.
-    #: An open block holds 16 KiB of it and takes more as it fills (up to batch.size),
-    #: so many topics with few records each take little.
+    #: An open block of a quiet topic holds 16 KiB of it and takes more as it fills (up
+    #: to batch.size), so many topics with few records each take little; a busy topic's
+    #: block holds batch.size.
     buffer_memory: int = Field(default=64 * MiB, ge=MiB, alias="buffer.memory")
     #: How long produce() may block on a full buffer before raising BufferFullError.
     max_block_ms: int = Field(default=60_000, ge=0, alias="max.block.ms")

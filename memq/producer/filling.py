@@ -3,9 +3,10 @@
 An unkeyed record goes to the calling thread's open block of its topic (no lock per
 record); a keyed record to the open block of its key lane (:mod:`memq.producer.lanes`),
 shared by every thread so a key's records keep the order of the produce() calls. Opening a
-block reserves :data:`FIRST_RESERVE` bytes of ``buffer.memory`` (or its first record's
-size), and a filling block takes more as it grows, up to its limit; both wait up to
-``max.block.ms`` for memory. So a thousand trickling topics hold a thousand small
+block of a quiet topic reserves :data:`FIRST_RESERVE` bytes of ``buffer.memory`` (or its
+first record's size) and takes more as it grows, up to its limit; a block of a busy
+topic (its last block was at least half full) reserves its limit at once. Both wait up
+to ``max.block.ms`` for memory. So a thousand trickling topics hold a thousand small
 reservations, not a thousand ``batch.size`` ones (which made produce() wait for lingers
 to free them). A block is sealed when full, when ``linger.ms`` passes (a key lane's block
 keeps filling while an earlier block of its lane is in flight), or on flush, and handed
@@ -66,6 +67,10 @@ class BlockFilling:
     _inflight: set[SealedBlock]
     #: Next block sequence number per topic.
     _seq: dict[str, int]
+    #: Topics whose last sealed block was at least half full: their next block reserves
+    #: its whole limit at once (waiting, before it exists, for room), as a busy topic
+    #: fills it anyway; a growing block could wait mid-fill and be sealed by linger.
+    _busy: set[str]
     #: Open blocks of the key lanes, by (topic, writer): shared by every thread, so
     #: a key's records keep the order of the produce() calls.
     _keyed: dict[tuple[str, str], OpenBlock]
@@ -206,7 +211,7 @@ class BlockFilling:
                 if tmeta is not None and tmeta.max_block_bytes:
                     grown = min(tmeta.max_block_bytes * 3 // 4, self.config.buffer_memory // 4)
                     limit = max(limit, grown)
-            first = _first_reserve(limit, need)
+            first = limit if lane[0] in self._busy else _first_reserve(limit, need)
             self._reserve(first)  # may wait (releasing the lock)
             if self._keyed.get(lane) is not old:  # another thread opened one meanwhile
                 self._buffered -= first
@@ -226,7 +231,7 @@ class BlockFilling:
         """A new open block for the calling thread, of at most ``limit`` bytes; it holds
         room for its first record (``need`` bytes), at least :data:`FIRST_RESERVE`
         bytes of budget (at most ``limit``), and grows (``_grow``)."""
-        first = _first_reserve(limit, need)
+        first = limit if topic in self._busy else _first_reserve(limit, need)
         with self._lock:
             if self._closed:
                 raise ClientClosedError("producer is closed")
@@ -305,6 +310,10 @@ class BlockFilling:
             self._pending_records += acc.count
             seq = self._seq.get(acc.topic, 0)
             self._seq[acc.topic] = seq + 1
+            if acc.size * 2 >= acc.limit:
+                self._busy.add(acc.topic)
+            else:
+                self._busy.discard(acc.topic)
             block = acc.seal(seq)
             self._inflight.add(block)
         self._inbox.call(self._sender.spawn, block)

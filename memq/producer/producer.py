@@ -114,6 +114,7 @@ class Producer(BlockFilling):
         )
         self._errors: dict[str, int] = {}  # records failed, by error type
         self._seq: dict[str, int] = {}
+        self._busy: set[str] = set()
         self._limits: dict[str, int] = {}
         #: Open blocks of the key lanes, by (topic, writer): shared by every thread, so
         #: a key's records keep the order of the produce() calls.
