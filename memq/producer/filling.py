@@ -211,7 +211,7 @@ class BlockFilling:
                 if tmeta is not None and tmeta.max_block_bytes:
                     grown = min(tmeta.max_block_bytes * 3 // 4, self.config.buffer_memory // 4)
                     limit = max(limit, grown)
-            first = limit if lane[0] in self._busy else _first_reserve(limit, need)
+            first = self._first_reserve(lane[0], limit, need)
             self._reserve(first)  # may wait (releasing the lock)
             if self._keyed.get(lane) is not old:  # another thread opened one meanwhile
                 self._buffered -= first
@@ -231,7 +231,7 @@ class BlockFilling:
         """A new open block for the calling thread, of at most ``limit`` bytes; it holds
         room for its first record (``need`` bytes), at least :data:`FIRST_RESERVE`
         bytes of budget (at most ``limit``), and grows (``_grow``)."""
-        first = limit if topic in self._busy else _first_reserve(limit, need)
+        first = self._first_reserve(topic, limit, need)
         with self._lock:
             if self._closed:
                 raise ClientClosedError("producer is closed")
@@ -240,6 +240,16 @@ class BlockFilling:
             self._open.add(acc)
         self._inbox.call(self._arm_linger, acc)
         return acc
+
+    def _first_reserve(self, topic: str, limit: int, need: int) -> int:
+        """What a new block reserves: room for its first record (``need`` bytes and the
+        block header; so it never has to grow to take it), at least
+        :data:`FIRST_RESERVE`, or for a busy topic its limit (at most buffer.memory:
+        more would be admitted only once nothing else is buffered); at most ``limit``."""
+        first = max(FIRST_RESERVE, need + BLOCK_HEADER_SIZE)
+        if topic in self._busy:
+            first = max(first, self.config.buffer_memory)
+        return min(limit, first)
 
     def _grow(self, acc: OpenBlock, need: int) -> bool:
         """Let ``acc`` take ``need`` more record bytes: double its reservation (or more,
@@ -333,10 +343,3 @@ class BlockFilling:
             self._arm_linger(acc)
             return
         self._seal(acc)
-
-
-def _first_reserve(limit: int, need: int) -> int:
-    """What a new block reserves: room for its first record (``need`` bytes and the
-    block header; so a block never has to grow, which does not wait, to take its first
-    record), at least :data:`FIRST_RESERVE`, at most ``limit``."""
-    return min(limit, max(FIRST_RESERVE, need + BLOCK_HEADER_SIZE))
