@@ -167,7 +167,7 @@ class WriteCoalescer:
 
     def write(self, *parts: bytes | bytearray | memoryview) -> None:
         for p in parts:
-            n = p.nbytes if type(p) is memoryview else len(p)
+            n = _nbytes(p)
             if n:  # an empty part would be a no-op write (and, buffered, never drain)
                 self._parts.append(p)
                 self._pending += n
@@ -199,7 +199,7 @@ class WriteCoalescer:
         else:
             small: list[bytes | bytearray | memoryview] = []
             for p in parts:
-                if (p.nbytes if type(p) is memoryview else len(p)) < COALESCE_BYTES:
+                if _nbytes(p) < COALESCE_BYTES:
                     small.append(p)
                     continue
                 if small:
@@ -208,3 +208,8 @@ class WriteCoalescer:
                 t.write(p)
             if small:
                 t.write(b"".join(small) if len(small) > 1 else small[0])
+
+
+def _nbytes(part: bytes | bytearray | memoryview) -> int:
+    """Bytes in ``part`` (a memoryview's ``len`` counts items, not bytes)."""
+    return part.nbytes if type(part) is memoryview else len(part)

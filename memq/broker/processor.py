@@ -292,6 +292,7 @@ class TopicProcessor:
 
     async def _upload(self, batch: Batch) -> None:
         loop = asyncio.get_running_loop()
+        inbox = LoopInbox.of(loop)  # the store's and the notification's completions
         b = batch.builder
         view = b.seal()
         created = int(time.time() * 1000)
@@ -300,7 +301,7 @@ class TopicProcessor:
         try:
             t0 = time.monotonic()
             try:
-                stored = await LoopInbox.of(loop).run(
+                stored = await inbox.run(
                     self.executor, self.writer.store, self.topic, bid, created, view
                 )
             except Exception as e:  # the writer's typed errors, or anything unexpected
@@ -328,7 +329,7 @@ class TopicProcessor:
                 await self._notify_after(batch)
             t0 = time.monotonic()
             try:
-                await LoopInbox.of(loop).wrap(self._publish(batch, note))
+                await inbox.wrap(self._publish(batch, note))
             except Exception as e:
                 self.metrics.errors.labels("notification").inc()
                 await self._drop_orphan(stored)

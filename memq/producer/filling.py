@@ -68,8 +68,9 @@ class BlockFilling:
     #: Next block sequence number per topic.
     _seq: dict[str, int]
     #: Topics whose last sealed block was at least half full: their next block reserves
-    #: its whole limit at once (waiting, before it exists, for room), as a busy topic
-    #: fills it anyway; a growing block could wait mid-fill and be sealed by linger.
+    #: its whole limit (at most buffer.memory) at once, waiting for room before it
+    #: exists, as a busy topic fills it anyway; a growing block could wait mid-fill and
+    #: be sealed by linger.
     _busy: set[str]
     #: Open blocks of the key lanes, by (topic, writer): shared by every thread, so
     #: a key's records keep the order of the produce() calls.
@@ -109,19 +110,20 @@ class BlockFilling:
         done, n = 0, len(values)
         while done < n:
             acc = blocks.get(topic) if lane is None else self._keyed.get((topic, lane))
+            need = totals[done + 1] - totals[done]  # the next record's size
             if acc is not None:
                 added = acc.try_add_many(ts, keys, values, totals, done)
                 if added:
                     parts.append((acc.result, added))
                     done += added
                     continue
-                if self._grow(acc, totals[done + 1] - totals[done]):
+                if self._grow(acc, need):
                     continue
                 self._seal(acc)  # full
             if lane is None:
-                blocks[topic] = self._open_block(topic, limit, totals[done + 1] - totals[done])
+                blocks[topic] = self._open_block(topic, limit, need)
             else:
-                self._open_lane_block((topic, lane), acc, limit, totals[done + 1] - totals[done])
+                self._open_lane_block((topic, lane), acc, limit, need)
 
     # --- keyed records -----------------------------------------------------------------
 
