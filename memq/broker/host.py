@@ -104,8 +104,13 @@ class KafkaHost(Protocol):
         """Note a Produce of connection ``conn`` to ``partition``."""
         ...
 
-    def connection_blocked(self, conn: int, blocked: bool) -> None:
-        """Connection ``conn`` can send no request before an answer (or can again)."""
+    def connection_blocked(self, conn: int, blocked: bool, idempotent: bool) -> None:
+        """Connection ``conn`` can send no request before an answer (or can again);
+        ``idempotent``: it has at most Kafka's 5 requests in flight."""
+        ...
+
+    def hold(self, topic: str, conn: int, batch: Batch) -> None:
+        """Note that a flow of ``conn`` waits for the open ``batch`` of ``topic``."""
         ...
 
     def seal_if_stalled(self, topic: str, proc: TopicProcessor, batch: Batch) -> None:

@@ -324,7 +324,7 @@ class KafkaConnection:
     def _note_unanswered(self, delta: int) -> None:
         self._unanswered += delta
         blocked = self._idempotent and self._unanswered >= IDEMPOTENT_MAX_IN_FLIGHT
-        self.listener.connection_blocked(id(self), blocked)
+        self.listener.connection_blocked(id(self), blocked, self._idempotent)
 
     def _answered_request(self, _task: object) -> None:
         self._note_unanswered(-1)
@@ -434,6 +434,8 @@ class KafkaConnection:
             return _done(code, str(e))
         offset = self.listener.base_offset(topic, partition, bid, count)
         flow = self.listener.flow_sent(topic, id(self), partition, waits=acks == -1)
+        if acks == -1 and not dup and not flow.pipelines:
+            self.listener.hold(topic, id(self), batch)
         if acks == 1:
             if not dup:
                 proc.note_ack1(batch, header.record_count)

@@ -56,7 +56,7 @@ from memq.broker.kafka_codec import (
     kafka_error,
     node_id,
 )
-from memq.broker.kafka_connection import KafkaConnection
+from memq.broker.kafka_connection import IDEMPOTENT_MAX_IN_FLIGHT, KafkaConnection
 from memq.broker.processor import Batch, TopicProcessor
 from memq.errors import MemqError, NotWriterError
 from memq.formats.keys import validate_name
@@ -72,6 +72,9 @@ _OPS_OMITTED = -(1 << 31)
 _OFFSET_MEMORY = 65536
 #: A flow with nothing outstanding for this long no longer holds a batch open.
 _FLOW_IDLE_S = 1.0
+#: A batch is sealed at half the producers' window only once it holds this share of
+#: ``batch.bytes``: a smaller upload costs more per byte than overlapping it gains.
+_SPLIT_SHARE = 8
 
 
 class ListenerHost(BrokerHost, Protocol):
@@ -107,6 +110,10 @@ class KafkaListener:
         #: Connections that can send no request before an answer (idempotent, at Kafka's
         #: limit of requests in flight): their flows cannot add to an open batch.
         self._blocked: set[int] = set()
+        #: Connections of idempotent producers (at most 5 requests in flight).
+        self._idempotent: set[int] = set()
+        #: Per topic: the open batch's seq and, per connection, the flows waiting on it.
+        self._held: dict[str, tuple[int, dict[int, int]]] = {}
         #: What ApiVersions lists; what is served is that minus ADVERTISED_ONLY.
         self.advertised = {**SUPPORTED, **ADVERTISED_ONLY}
         self.supported = dict(SUPPORTED)
@@ -185,44 +192,70 @@ class KafkaListener:
             flow.outstanding += 1
         return flow
 
-    def connection_blocked(self, conn: int, blocked: bool) -> None:
+    def connection_blocked(self, conn: int, blocked: bool, idempotent: bool) -> None:
         if blocked:
             self._blocked.add(conn)
         else:
             self._blocked.discard(conn)
+        if idempotent:
+            self._idempotent.add(conn)
+
+    def hold(self, topic: str, conn: int, batch: Batch) -> None:
+        """Note that a flow of ``conn`` waits for the open ``batch`` of ``topic``."""
+        held = self._held.get(topic)
+        if held is None or held[0] != batch.seq:
+            held = self._held[topic] = (batch.seq, {})
+        held[1][conn] = held[1].get(conn, 0) + 1
 
     def forget_flows(self, conn: int) -> None:
         self._blocked.discard(conn)
+        self._idempotent.discard(conn)
         for flows in self._flows.values():
             for key in [k for k in flows if k[0] == conn]:
                 del flows[key]
 
     def seal_if_stalled(self, topic: str, proc: TopicProcessor, batch: Batch) -> None:
-        """Seal the open ``batch`` now when no Kafka producer of the topic can add to it.
+        """Seal the open ``batch`` now when Kafka producers of the topic can add little
+        more to it.
 
         A producer that keeps one request in flight per partition (librdkafka's
         idempotent producer does) sends nothing more until it is answered, and with
-        ``acks=-1`` that answer waits for this batch: waiting out ``batch.ms`` would
-        only add latency. Nor does an idempotent producer whose connection has Kafka's
-        limit of requests in flight (5), whatever its other partitions hold (with more
-        partitions than that, some always wait in the client). So when every flow
-        (connection, partition) writing the topic recently has an answer outstanding or
-        a blocked connection, and none has ever pipelined, the batch is sealed
-        ("waiting"), unless the topic's uploads already hold its ring.
+        ``acks=-1`` that answer waits for this batch; an idempotent producer has at most
+        Kafka's limit of requests in flight (5) on a connection, whatever its other
+        partitions hold. Each recent flow (connection, partition) that never pipelined
+        is one request of the producers' window (capped at 5 per idempotent
+        connection). The batch is sealed ("waiting") once half that window waits on it
+        and it holds at least 1/8 of ``batch.bytes``: the other half carries the next
+        batch while this one uploads (sealing only when the whole window waited left
+        the producers idle during every upload: stop and wait); or when every flow
+        waits anyway. Never while any flow pipelines, nor when the topic's uploads
+        already hold its ring.
         """
         flows = self._flows.get(topic)
         if not flows or proc.in_flight + 1 >= proc.config.ring_size:
             return
         now = time.monotonic()
-        stalled = True
+        stalled, pipelined = True, False
+        per_conn: dict[int, int] = {}
         for key, flow in list(flows.items()):
             if flow.outstanding:
-                stalled = stalled and not flow.pipelines
+                pipelined = pipelined or flow.pipelines
             elif now - flow.seen > _FLOW_IDLE_S:
                 del flows[key]
+                continue
             elif key[0] not in self._blocked:
                 stalled = False
-        if stalled:
+            per_conn[key[0]] = per_conn.get(key[0], 0) + 1
+        if pipelined:
+            return
+        held = self._held.get(topic)
+        waiting = sum(held[1].values()) if held is not None and held[0] == batch.seq else 0
+        window = sum(
+            min(n, IDEMPOTENT_MAX_IN_FLIGHT) if c in self._idempotent else n
+            for c, n in per_conn.items()
+        )
+        half = 2 * waiting >= window
+        if stalled or (half and batch.builder.size * _SPLIT_SHARE >= proc.config.batch.max_bytes):
             proc.seal_if_open(batch, "waiting")
 
     def partitions(self, topic: str) -> int:

@@ -1,5 +1,6 @@
-"""When the Kafka listener seals a batch before batch.ms: every flow (connection,
-partition) writing the topic waits for an answer and none has shown it may send more."""
+"""When the Kafka listener seals a batch before batch.ms: no flow (connection, partition)
+writing the topic has shown it may send more, and every flow waits for an answer or half
+the producers' window of requests waits on this batch."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ class Proc:
 
     def __init__(self, in_flight: int = 0, ring_size: int = 4) -> None:
         self.in_flight = in_flight
-        self.config = SimpleNamespace(ring_size=ring_size)
+        self.config = SimpleNamespace(ring_size=ring_size,
+                                      batch=SimpleNamespace(max_bytes=8 << 20))  # fmt: skip
         self.sealed: list[tuple[Any, str]] = []
 
     def seal_if_open(self, batch: Any, trigger: str) -> None:
@@ -102,16 +104,62 @@ def test_a_blocked_connection_cannot_add_so_its_answered_flows_do_not_hold_the_b
     listener.flow_sent("t", 2, 0, waits=True)
     listener.seal_if_stalled("t", proc, "b1")  # type: ignore[arg-type]
     assert proc.sealed == []
-    listener.connection_blocked(1, True)  # ...unless it is at its in-flight limit
+    listener.connection_blocked(1, True, True)  # ...unless it is at its in-flight limit
     listener.seal_if_stalled("t", proc, "b1")  # type: ignore[arg-type]
     assert proc.sealed == [("b1", "waiting")]
-    listener.connection_blocked(1, False)  # an answer came: it may send again
+    listener.connection_blocked(1, False, True)  # an answer came: it may send again
     listener.seal_if_stalled("t", proc, "b2")  # type: ignore[arg-type]
-    listener.connection_blocked(1, True)
+    listener.connection_blocked(1, True, True)
     listener.forget_flows(1)  # closed: forgotten, blocked or not
     listener.flow_sent("t", 1, 0, waits=False)  # (a new connection with the same id)
     listener.seal_if_stalled("t", proc, "b3")  # type: ignore[arg-type]
     assert proc.sealed == [("b1", "waiting")]
+
+
+def test_half_the_window_waiting_seals_so_the_other_half_fills_the_next_batch(
+    listener: KafkaListener,
+) -> None:
+    """An idempotent connection writing 16 partitions has 5 requests in flight at most:
+    the batch is sealed once 3 wait on it, and the next one once the last 2 do (the
+    connection is then at its limit), so one batch uploads while the next fills."""
+    proc = Proc()
+    mb = SimpleNamespace(size=1 << 20)  # a batch holding 1 MiB of 8
+    b1, b2 = SimpleNamespace(seq=1, builder=mb), SimpleNamespace(seq=2, builder=mb)
+    flows = []
+    for p in range(16):  # every partition has written recently; answered since
+        flow = listener.flow_sent("t", 1, p, waits=True)
+        flow.outstanding = 0
+        flows.append(flow)
+    listener.connection_blocked(1, False, True)
+    for p in range(3):
+        flows[p].outstanding += 1
+        listener.hold("t", 1, b1)  # type: ignore[arg-type]
+        listener.seal_if_stalled("t", proc, b1)  # type: ignore[arg-type]
+        assert proc.sealed == ([(b1, "waiting")] if p == 2 else [])
+    for p in range(3, 5):
+        flows[p].outstanding += 1
+        listener.hold("t", 1, b2)  # type: ignore[arg-type]
+        listener.connection_blocked(1, p == 4, True)
+        listener.seal_if_stalled("t", proc, b2)  # type: ignore[arg-type]
+    assert proc.sealed == [(b1, "waiting"), (b2, "waiting")]
+    # Not idempotent: no in-flight limit, so the window is every flow (16): half is 8.
+    other = Proc()
+    listener.forget_flows(1)
+    for p in range(16):
+        listener.flow_sent("u", 2, p, waits=True).outstanding = 0
+    for p in range(8):
+        listener._flows["u"][(2, p)].outstanding = 1
+        listener.hold("u", 2, b1)  # type: ignore[arg-type]
+        listener.seal_if_stalled("u", other, b1)  # type: ignore[arg-type]
+        assert other.sealed == ([(b1, "waiting")] if p == 7 else [])
+    # Under 1/8 of batch.bytes, half the window is not enough: the batch waits for more.
+    small = Proc()
+    b3 = SimpleNamespace(seq=3, builder=SimpleNamespace(size=(1 << 20) - 1))
+    listener.hold("u", 2, b3)  # type: ignore[arg-type]
+    for _ in range(8):
+        listener.hold("u", 2, b3)  # type: ignore[arg-type]
+    listener.seal_if_stalled("u", small, b3)  # type: ignore[arg-type]
+    assert small.sealed == []
 
 
 def test_node_ids_are_stable_distinct_and_non_negative() -> None:
