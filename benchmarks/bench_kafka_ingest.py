@@ -16,17 +16,19 @@ acknowledged (benchlib.cpu_seconds).
 
   (a) MemQ: a broker process with a ``kafka_listener``, S3 storage on the local moto,
       notifications to the local Kafka-protocol broker (acks=-1: the object is stored
-      and its pointer acknowledged);
+      and its pointer acknowledged), the topic with ``--partitions`` partitions (8 by
+      default, MemQ's default ``notification.partitions``, which the Kafka port shows);
   (a16) the same with ``kafka_listener.partitions: 16`` (what docs/ingest.md recommends
       for Kafka-port topics: a MemQ partition is only a routing label, and librdkafka's
       idempotent producer keeps one request in flight per partition);
-  (b) the local Kafka-protocol broker (Tansu) itself, topic with the same 4 partitions.
+  (b) the local Kafka-protocol broker (Tansu) itself, topic with the same ``--partitions``.
 
 ``ratio_MBps`` is (a) / (b); ``ratio_MBps_16p`` is (a16) / (b).
 
 Writes ``benchmarks/results/kafka_ingest.json``.
 
-    python benchmarks/bench_kafka_ingest.py [--quick] [--seconds S] [--reps N] [--out PATH]
+    python benchmarks/bench_kafka_ingest.py [--quick] [--seconds S] [--reps N]
+        [--partitions N] [--out PATH]
 """
 
 from __future__ import annotations
@@ -47,7 +49,8 @@ import benchlib
 from benchlib import eprint, percentile
 
 RECORD = 1024
-PARTITIONS = 4
+#: MemQ's default notification.partitions (what its Kafka port shows unless set).
+PARTITIONS = 8
 GiB = 1 << 30
 PRODUCER = {
     "linger.ms": 10,
@@ -67,14 +70,18 @@ VARIANTS = (
 
 
 def broker_cfg(
-    state: Any, batch_ms: int, partitions: int | None = None, bucket: str | None = None
+    state: Any,
+    batch_ms: int,
+    partitions: int | None = None,
+    bucket: str | None = None,
+    topic_partitions: int = PARTITIONS,
 ) -> dict[str, Any]:
     store = benchlib.storage_config(
         "s3", bucket=bucket or state.bucket, endpoint=state.s3_endpoint, max_connections=8
     )
     return benchlib.broker_config(
         state, "bench-kafka-listener", store, [{"name": "bench-kafka-ingest"}],
-        partitions=PARTITIONS, batch={"bytes": 8 << 20, "ms": batch_ms},
+        partitions=topic_partitions, batch={"bytes": 8 << 20, "ms": batch_ms},
         topic_defaults={"ring_size": 4},
         kafka_listener={"port": 0, **({"partitions": partitions} if partitions else {})},
         upload_threads=8,
@@ -180,16 +187,18 @@ def _memq(
     partitions: int | None,
     warmup: float,
     seconds: float,
+    topic_partitions: int = PARTITIONS,
 ) -> Any:
     name = f"bench-kafka-listener-{partitions}"
     # each run on an empty moto: the objects of earlier runs (GiBs) slow it down
     with (
         benchlib.fresh_bucket(state, "bench-kafka-ingest") as bucket,
         benchlib.broker_process(
-            state, name, broker_cfg(state, batch_ms, partitions, bucket)
+            state, name, broker_cfg(state, batch_ms, partitions, bucket, topic_partitions)
         ) as info,
     ):
-        eprint(f"MemQ Kafka listener {info['kafka']} ({partitions or PARTITIONS} partitions): "
+        shown = partitions or topic_partitions
+        eprint(f"MemQ Kafka listener {info['kafka']} ({shown} partitions): "
                f"{seconds:.0f} s window")  # fmt: skip
         others = {"s3": state.services["s3"].pid, "kafka": state.services["kafka"].pid}
         result = drive(info["kafka"], "bench-kafka-ingest", info["pid"], warmup, seconds, others)
@@ -210,7 +219,9 @@ def _sealed_by_trigger(http: str) -> dict[str, int]:
     return out
 
 
-def run(seconds: float, warmup: float, batch_ms: int, reps: int = 1) -> dict[str, Any]:
+def run(
+    seconds: float, warmup: float, batch_ms: int, reps: int = 1, partitions: int = PARTITIONS
+) -> dict[str, Any]:
     """Every variant ``reps`` times in turn on one stack. The variants' entries are the
     last repetition's; each ratio is computed within a repetition, and ``ratio_MBps`` /
     ``ratio_MBps_16p`` are the medians (``ratios`` has min / median / max)."""
@@ -220,14 +231,19 @@ def run(seconds: float, warmup: float, batch_ms: int, reps: int = 1) -> dict[str
     with benchlib.private_stack() as state:
         kafka = state.services["kafka"]
         tansu_pid = kafka.process.pid if kafka.process is not None else None
-        topic = "bench-kafka-ingest-direct"
-        ensure_topic(state.kafka_bootstrap, topic, PARTITIONS)
         for rep in range(reps):
             eprint(f"repetition {rep + 1}/{reps}")
-            memq = _memq(state, batch_ms, None, warmup, seconds)
-            memq16 = _memq(state, batch_ms, 16, warmup, seconds)
+            memq = _memq(state, batch_ms, None, warmup, seconds, partitions)
+            memq16 = _memq(state, batch_ms, 16, warmup, seconds, partitions)
             eprint(f"Kafka-protocol broker {state.kafka_bootstrap}: {seconds:.0f} s window")
-            direct = drive(state.kafka_bootstrap, topic, tansu_pid, warmup, seconds)
+            # A new topic each time, deleted after: Tansu keeps records in memory, and one
+            # window leaves GiBs (kept, its next runs fell from ~300 to ~175 MB/s).
+            topic = f"bench-kafka-ingest-direct-{partitions}-{rep}"
+            ensure_topic(state.kafka_bootstrap, topic, partitions)
+            try:
+                direct = drive(state.kafka_bootstrap, topic, tansu_pid, warmup, seconds)
+            finally:
+                benchlib.delete_kafka_topic(state.kafka_bootstrap, topic)
             runs.append(
                 {
                     "memq_kafka_listener": memq,
@@ -248,6 +264,7 @@ def run(seconds: float, warmup: float, batch_ms: int, reps: int = 1) -> dict[str
         "machine": benchlib.machine(),
         "record_bytes": RECORD,
         "memq_batch_ms": batch_ms,
+        "partitions": partitions,
         "producer": PRODUCER,
         "reps": reps,
         **{name: runs[-1][name] for name in VARIANTS},
@@ -271,6 +288,8 @@ def _ratio(memq: dict[str, Any], direct: dict[str, Any]) -> float | None:
 
 
 def print_table(doc: dict[str, Any]) -> None:
+    print(f"topic partitions: {doc['partitions']} (memq_kafka_listener and kafka_direct; "
+          "memq_kafka_listener_16p shows 16 on the Kafka port)")  # fmt: skip
     print(f"{'target':31} {'MB/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'rtt p50':>8} "
           f"{'rtt p99':>8} {'CPU s/GiB':>10} {'failed':>7}")  # fmt: skip
     for name in VARIANTS:
@@ -303,12 +322,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=None, help="steady-state window (20)")
     ap.add_argument("--batch-ms", type=int, default=50, help="MemQ's batch.ms (50)")
     ap.add_argument("--reps", type=int, default=1, help="repetitions of every variant (1)")
+    ap.add_argument("--partitions", type=int, default=PARTITIONS,
+                    help=f"partitions of the topic, in MemQ and in the direct run ({PARTITIONS})")  # fmt: skip
     ap.add_argument("--out", type=Path, default=benchlib.RESULTS / "kafka_ingest.json")
     args = ap.parse_args(argv)
     if args.reps < 1:
         raise SystemExit("--reps must be at least 1")
+    if not 1 <= args.partitions <= 1000:
+        raise SystemExit("--partitions must be 1-1000")
     seconds = args.seconds or (3.0 if args.quick else 20.0)
-    doc = run(seconds, warmup=1.0 if args.quick else 5.0, batch_ms=args.batch_ms, reps=args.reps)
+    doc = run(seconds, warmup=1.0 if args.quick else 5.0, batch_ms=args.batch_ms, reps=args.reps,
+              partitions=args.partitions)  # fmt: skip
     print_table(doc)
     benchlib.write_result(doc, args.out)
     failed = sum(doc[name]["failed"] for name in VARIANTS if name != "kafka_direct")
