@@ -153,7 +153,13 @@ def _app(server: HttpHost) -> web.Application:
             if server.draining:
                 raise server.shutting_down_error()
             proc = await server.processor_for(topic)
-            body = await req.read()
+            try:
+                body = await req.read()
+            except web.HTTPRequestEntityTooLarge:
+                raise MessageTooLargeError(
+                    f"request body over the broker's limit of {server.config.max_frame_bytes} "
+                    "bytes (max_frame_bytes): split the records over several requests"
+                ) from None
             records = parse_records(body, req.content_type)
             key = req.headers.get("Idempotency-Key")
             if key is not None:

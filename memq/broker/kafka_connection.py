@@ -49,6 +49,8 @@ MAX_IN_FLIGHT = 32
 #: ``enable.idempotence``, librdkafka's and the Java client's): with that many waiting
 #: for an answer it sends nothing more.
 IDEMPOTENT_MAX_IN_FLIGHT = 5
+#: SASL mechanisms served (both take a MemQ token as the secret).
+SASL_MECHANISMS = ("PLAIN", "OAUTHBEARER")
 
 PartitionResult = tuple[int, int, str | None]  # error code, base offset, message
 
@@ -108,7 +110,8 @@ class KafkaConnection:
         self._idempotent = False
         self.principal: str | None = None
         self._expires: float | None = None
-        self._handshake = False
+        #: The SASL mechanism of the last SaslHandshake (None: none pending).
+        self._mechanism: str | None = None
         self._raw_sasl = False
         auth = self.server.config.auth
         if auth is not None and auth.mtls_identity:
@@ -262,31 +265,36 @@ class KafkaConnection:
         return True
 
     def _sasl_handshake(self, req: KafkaRequest) -> Any:
-        ok = req.body.mechanism == "PLAIN"
-        self._handshake = ok
+        ok = req.body.mechanism in SASL_MECHANISMS
+        self._mechanism = req.body.mechanism if ok else None
         self._raw_sasl = ok and req.api_version == 0  # v0: raw SASL bytes come next
         code = KafkaError.NONE if ok else KafkaError.UNSUPPORTED_SASL_MECHANISM
         return build_response(SASL_HANDSHAKE, req.api_version,
-                              {"error_code": code, "enabled_mechanisms": ["PLAIN"]})  # fmt: skip
+                              {"error_code": code, "enabled_mechanisms": list(SASL_MECHANISMS)})  # fmt: skip
 
-    def _plain(self, message: bytes) -> str:
-        """Check a SASL/PLAIN message (``authzid NUL username NUL password``, the
-        password a MemQ token); the expiry is kept, the principal returned."""
-        secret = self.server.token_secret
-        if not self._handshake or secret is None:
-            raise AuthenticationError("SASL authentication before a PLAIN SaslHandshake")
-        self._handshake = False
-        parts = message.split(b"\x00")
-        if len(parts) != 3:
-            raise AuthenticationError("malformed SASL/PLAIN message")
-        principal, expires = verify_token(secret, parts[2])
-        user = parts[1].decode("utf-8", "replace")
+    def _authenticate(self, message: bytes) -> str:
+        """Check a SASL message of the negotiated mechanism, whose secret is a MemQ
+        token: PLAIN ``authzid NUL username NUL token`` or OAUTHBEARER (RFC 7628)
+        ``gs2-header ^A auth=Bearer <token> ^A ... ^A ^A``. The expiry is kept, the
+        principal returned."""
+        secret, mechanism = self.server.token_secret, self._mechanism
+        if mechanism is None or secret is None:
+            raise AuthenticationError("SASL authentication before a SaslHandshake")
+        self._mechanism = None
+        if mechanism == "PLAIN":
+            parts = message.split(b"\x00")
+            if len(parts) != 3:
+                raise AuthenticationError("malformed SASL/PLAIN message")
+            token, user = parts[2], parts[1].decode("utf-8", "replace")
+            what = "SASL username"
+        else:
+            token, user = _bearer(message)
+            what = "SASL/OAUTHBEARER authorization id"
+        principal, expires = verify_token(secret, token)
         if user and user != principal:
-            raise AuthenticationError(
-                f"SASL username {user!r} is not the token's principal {principal!r}"
-            )
+            raise AuthenticationError(f"{what} {user!r} is not the token's principal {principal!r}")
         self.principal, self._expires = principal, float(expires)
-        log.info("kafka listener: %s authenticated as %r", self.peer, principal)
+        log.info("kafka listener: %s authenticated as %r (%s)", self.peer, principal, mechanism)
         return principal
 
     def _auth_failed(self, e: AuthenticationError) -> str:
@@ -299,7 +307,7 @@ class KafkaConnection:
         doc: dict[str, Any] = {"error_code": 0, "error_message": None, "sasl_auth_bytes": b"",
                                "session_lifetime_ms": 0}  # fmt: skip
         try:
-            self._plain(bytes(req.body.sasl_auth_bytes or b""))
+            self._authenticate(bytes(req.body.sasl_auth_bytes or b""))
         except AuthenticationError as e:
             doc["error_code"] = KafkaError.SASL_AUTHENTICATION_FAILED
             doc["error_message"] = self._auth_failed(e)
@@ -309,11 +317,11 @@ class KafkaConnection:
         return build_response(SASL_AUTHENTICATE, req.api_version, doc)
 
     def _raw_authenticate(self, frame: bytes) -> None:
-        """SaslHandshake v0: the next frame is the bare PLAIN message; success is
+        """SaslHandshake v0: the next frame is the bare SASL message; success is
         answered with an empty frame, failure by closing."""
         self._raw_sasl = False
         try:
-            self._plain(frame)
+            self._authenticate(frame)
         except AuthenticationError as e:
             self._auth_failed(e)
             return
@@ -468,6 +476,23 @@ class KafkaConnection:
             raise
         self.server.metrics.ack_seconds.labels(topic, "all").observe(time.monotonic() - t0)
         return (KafkaError.NONE, offset, None)
+
+
+def _bearer(message: bytes) -> tuple[bytes, str]:
+    """(token, authorization id or "") of an OAUTHBEARER client response (RFC 7628 3.1)."""
+    gs2, sep, rest = message.partition(b"\x01")
+    fields = gs2.split(b",")
+    if not sep or len(fields) != 3 or fields[0] != b"n" or fields[2]:
+        raise AuthenticationError("malformed SASL/OAUTHBEARER message (no 'n,,' header)")
+    authzid = fields[1][2:].decode("utf-8", "replace") if fields[1].startswith(b"a=") else ""
+    for kv in rest.split(b"\x01"):
+        key, _, value = kv.partition(b"=")
+        if key == b"auth":
+            scheme, _, token = value.partition(b" ")
+            if scheme.lower() != b"bearer" or not token.strip():
+                raise AuthenticationError("SASL/OAUTHBEARER auth is not 'Bearer <token>'")
+            return token.strip(), authzid
+    raise AuthenticationError("SASL/OAUTHBEARER message without auth=Bearer <token>")
 
 
 def _answered(flow: Flow, _task: object) -> None:

@@ -139,6 +139,8 @@ def test_an_oversized_body_is_413(
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(req, timeout=60)
     assert e.value.code == 413
+    doc = json.loads(e.value.read())
+    assert doc["status"] == "MESSAGE_TOO_LARGE" and "max_frame_bytes" in doc["error"], doc
     assert read_objects(memq_stack.s3_client(), s3_bucket) == []
 
 
@@ -157,6 +159,9 @@ def test_tokens_and_acls(memq_stack: StackState, s3_bucket: str) -> None:
         assert denied[0] == 403 and "may not produce" in denied[1]["error"]
         ok = post(u, b"x", "text/plain", Authorization=f"Bearer {make_token(SECRET, 'app', 60)}")
         assert ok[0] == 200, ok
+        # only the accepted request was stored (acks=all: its object is there already)
+        objs = read_objects(memq_stack.s3_client(), s3_bucket)
+        assert [r[2] for o in objs for r in o.records] == [b"x"]
         with urllib.request.urlopen(url(b, "/openapi.json"), timeout=10) as r:
             spec = json.loads(r.read())
         assert "/v1/topics/{topic}/records" in spec["paths"]

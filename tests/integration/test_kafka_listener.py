@@ -14,6 +14,7 @@ import struct
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +30,7 @@ from memq.run.broker import BrokerThread
 from memq.security import make_token
 from memq.testing import broker_config
 from tests.integration.helpers import read_objects
+from tests.integration.spark_fixtures import spark_session_fixture  # noqa: F401 (spark_session)
 
 GROUP = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000, "auto.offset.reset": "earliest"}
 ROOT = Path(__file__).resolve().parents[2]
@@ -105,9 +107,35 @@ def read_back(address: str, topic: str, n: int, timeout: float = 120) -> list[An
     return out
 
 
+def spark_read_back(
+    spark: Any, stack: StackState, bucket: str, b: BrokerThread, topic: str
+) -> list[tuple[bytes | None, bytes, tuple[tuple[str, bytes], ...], int]]:
+    """(key, value, headers sorted by name, timestamp ms) of every record of ``topic``
+    read with the Spark ``memq`` source straight from the broker's S3 objects."""
+    from pyspark.sql import functions as F  # noqa: N812
+
+    from memq.spark import register
+
+    register(spark)
+    df = (
+        spark.read.format("memq")
+        .options(bucket=bucket, topic=topic, cluster=b.config.cluster,
+                 endpoint_url=stack.s3_endpoint, region="us-east-1")
+        .load()
+        .select("key", "value", "headers", F.unix_millis("timestamp").alias("ts_ms"))
+    )  # fmt: skip
+    return [
+        (None if r.key is None else bytes(r.key), bytes(r.value),
+         tuple(sorted((k, bytes(v)) for k, v in (r.headers or {}).items())), r.ts_ms)
+        for r in df.collect()
+    ]  # fmt: skip
+
+
 def test_confluent_kafka_idempotent_producer_50k_records_read_back_exactly(
-    broker: BrokerThread, topic: str
+    broker: BrokerThread, topic: str, memq_stack: StackState, s3_bucket: str, spark_session: Any
 ) -> None:
+    """Read back byte-exact by memq.Consumer (through the notifications) and by the
+    Spark source (straight from S3)."""
     recs = records(50_000)
     reports = produce_confluent(kafka_address(broker), topic, recs)
     assert len(reports) == len(recs) and all(err is None for err, _ in reports)
@@ -115,6 +143,8 @@ def test_confluent_kafka_idempotent_producer_50k_records_read_back_exactly(
     assert sorted((m.key, m.value, m.headers, m.timestamp) for m in got) == sorted(
         (k, v, tuple(h), ts) for k, v, h, ts in recs
     )
+    rows = spark_read_back(spark_session, memq_stack, s3_bucket, broker, topic)
+    assert sorted(rows) == sorted((k, v, tuple(sorted(h)), ts) for k, v, h, ts in recs)
 
 
 @pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
@@ -423,6 +453,65 @@ def test_sasl_plain_with_a_memq_token_and_acls(
         assert sum(o.header.record_count for o in objs) == 5
 
 
+def test_sasl_oauthbearer_with_a_memq_token_as_the_bearer_token(
+    memq_stack: StackState, s3_bucket: str, unique_name: Any
+) -> None:
+    """librdkafka's OAUTHBEARER with an application token callback (how Kafka clients
+    plug in their identity provider): the bearer token is a MemQ token."""
+    from confluent_kafka import KafkaError
+
+    allowed, denied = unique_name("ok"), unique_name("no")
+    auth = {"enabled": True, "token_secret": SECRET,
+            "acls": [{"principal": "app", "topic": allowed, "ops": ["produce"]}]}  # fmt: skip
+
+    def bearer(secret: bytes) -> dict[str, Any]:
+        token = make_token(secret, "app", 600)
+        return {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "OAUTHBEARER",
+                "oauth_cb": lambda _config: (token, time.time() + 600),
+                "message.timeout.ms": 10_000}  # fmt: skip
+
+    with kafka_broker(memq_stack, s3_bucket, [allowed, denied], auth=auth) as b:
+        ok = produce_confluent(kafka_address(b), allowed, records(7), **bearer(SECRET.encode()))
+        assert len(ok) == 7 and all(err is None for err, _ in ok), ok[0]
+        ((err, _),) = produce_confluent(
+            kafka_address(b), denied, records(1), **bearer(SECRET.encode())
+        )
+        assert err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, err
+        ((err, _),) = produce_confluent(kafka_address(b), allowed, records(1),
+                                        **bearer(b"another-secret-xxxxxxxx"))  # fmt: skip
+        assert err is not None, "a token signed with another secret must be refused"
+        objs = read_objects(memq_stack.s3_client(), s3_bucket, topic=allowed)
+        assert sum(o.header.record_count for o in objs) == 7
+        assert not read_objects(memq_stack.s3_client(), s3_bucket, topic=denied)
+
+
+def test_sasl_ssl_the_kafka_port_is_tls_with_the_brokers_certificate(
+    memq_stack: StackState, s3_bucket: str, unique_name: Any, tmp_path: Path
+) -> None:
+    """``kafka_listener.tls`` (the default) with a broker ``tls`` section: SASL_SSL with
+    the CA verifies the broker and stores the records; a plaintext client gets nothing."""
+    from memq.devstack.certs import make_dev_certs
+
+    certs = make_dev_certs(tmp_path / "certs")
+    name = unique_name("tls")
+    tls = {"cert_file": str(certs.server_cert), "key_file": str(certs.server_key),
+           "ca_file": str(certs.ca_file)}  # fmt: skip
+    auth = {"enabled": True, "token_secret": SECRET,
+            "acls": [{"principal": "app", "topic": name, "ops": ["produce"]}]}  # fmt: skip
+    with kafka_broker(memq_stack, s3_bucket, [name], tls=tls, auth=auth) as b:
+        sasl = {"security.protocol": "SASL_SSL", "ssl.ca.location": str(certs.ca_file),
+                "sasl.mechanism": "PLAIN", "sasl.username": "app",
+                "sasl.password": make_token(SECRET.encode(), "app", 600),
+                "message.timeout.ms": 20_000}  # fmt: skip
+        ok = produce_confluent(kafka_address(b), name, records(9), **sasl)
+        assert len(ok) == 9 and all(err is None for err, _ in ok), ok[0]
+        plain = {**sasl, "security.protocol": "SASL_PLAINTEXT", "message.timeout.ms": 5_000}
+        ((err, _),) = produce_confluent(kafka_address(b), name, records(1), **plain)
+        assert err is not None, "a plaintext client must not get through the TLS port"
+        objs = read_objects(memq_stack.s3_client(), s3_bucket, topic=name)
+        assert sum(o.header.record_count for o in objs) == 9
+
+
 # --- the docs' examples, kafkajs -------------------------------------------------------------
 
 KAFKAJS = ROOT / ".venv" / "node" / "node_modules" / "kafkajs"
@@ -449,6 +538,22 @@ def test_the_docs_confluent_kafka_example_runs_as_written(
     )
 
 
+def test_the_docs_kcat_example_runs_as_written(memq_stack: StackState, s3_bucket: str) -> None:
+    if shutil.which("kcat") is None:
+        pytest.skip("kcat is not installed (apt-get install -y kcat; make install does as root)")
+    with kafka_broker(memq_stack, s3_bucket, ["events"]) as b:
+        out = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", doc_block("bash")], capture_output=True,
+            text=True, timeout=120, check=False, env={**os.environ, "MEMQ_KAFKA": kafka_address(b)},
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr[-3000:]
+        got = read_back(b.address, "events", 2)
+    assert sorted((m.key, m.value, m.headers) for m in got) == [
+        (b"user-1", b"login", (("source", b"kcat"),)),
+        (b"user-2", b"logout", (("source", b"kcat"),)),
+    ]
+
+
 def test_kafkajs_producer_1000_records_read_back_exactly(broker: BrokerThread, topic: str) -> None:
     """The docs' kafkajs example (idempotent, acks=-1) through node."""
     if shutil.which("node") is None:
@@ -465,6 +570,53 @@ def test_kafkajs_producer_1000_records_read_back_exactly(broker: BrokerThread, t
     assert sorted((m.key, m.value, m.headers) for m in got) == sorted(
         (b"key-%d" % i, b"value-%d" % i, (("source", b"kafkajs"),)) for i in range(1000)
     )
+
+
+KAFKAJS_50K = """
+const { Kafka } = require("kafkajs");
+const producer = new Kafka({ clientId: "t", brokers: [process.env.MEMQ_KAFKA] })
+  .producer({ idempotent: true, maxInFlightRequests: 1 });
+const BASE = 1763790000000;
+async function main() {
+  await producer.connect();
+  for (let i = 0; i < 50000; i += 1000) {
+    const messages = [];
+    for (let j = i; j < i + 1000; j++) {
+      messages.push({ key: `k-${j % 89}`, value: Buffer.from(`v-${j}-` + "\\xff".repeat(j % 7), "latin1"),
+                      headers: { n: `${j}`, src: "kafkajs" }, timestamp: `${BASE + j}` });
+    }
+    await producer.send({ topic: process.env.TOPIC, acks: -1, messages });
+  }
+  await producer.disconnect();
+  console.log(JSON.stringify({ sent: 50000 }));
+}
+main().catch((e) => { console.error(e); process.exit(1); });
+"""
+
+
+def test_kafkajs_producer_50k_records_with_timestamps_read_back_exactly(
+    broker: BrokerThread, topic: str, memq_stack: StackState, s3_bucket: str, spark_session: Any
+) -> None:
+    """kafkajs (idempotent, acks=-1), 50,000 records with their own timestamps: read back
+    byte-exact by memq.Consumer and by the Spark source."""
+    if shutil.which("node") is None:
+        pytest.skip("node is not installed (apt-get install nodejs npm, then make install)")
+    if not KAFKAJS.exists():
+        pytest.skip("kafkajs is not installed: make install (npm install --prefix .venv/node)")
+    env = {**os.environ, "NODE_PATH": str(KAFKAJS.parent), "MEMQ_KAFKA": kafka_address(broker),
+           "TOPIC": topic}  # fmt: skip
+    out = subprocess.run(["node", "-e", KAFKAJS_50K], capture_output=True, text=True,
+                         timeout=300, check=False, env=env)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"sent": 50_000}
+    want = sorted(
+        (b"k-%d" % (j % 89), b"v-%d-" % j + b"\xff" * (j % 7),
+         (("n", b"%d" % j), ("src", b"kafkajs")), 1_763_790_000_000 + j)
+        for j in range(50_000)
+    )  # fmt: skip
+    got = read_back(broker.address, topic, 50_000)
+    assert sorted((m.key, m.value, tuple(sorted(m.headers)), m.timestamp) for m in got) == want
+    assert sorted(spark_read_back(spark_session, memq_stack, s3_bucket, broker, topic)) == want
 
 
 def test_kcat_produces_keyed_records_with_headers(broker: BrokerThread, topic: str) -> None:
@@ -508,8 +660,18 @@ def test_dev_stack_brokers_list_a_kafka_endpoint_that_takes_records(
         (b,) = json.loads(memq("dev", "status", "--json"))["brokers"]
         assert b["kafka"].startswith("127.0.0.1:") and b["healthy"]
         assert f"Kafka producers write to MemQ at: broker-1 {b['kafka']}" in memq("dev", "status")
-        reports = produce_confluent(b["kafka"], unique_name("dev"), records(20),
+        topic = unique_name("dev")
+        reports = produce_confluent(b["kafka"], topic, records(20),
                                     **{"message.timeout.ms": 60_000})  # fmt: skip
         assert len(reports) == 20 and all(err is None for err, _ in reports), reports[0]
+        # ...and its HTTP ingest URL takes records too (the topic has its writer now)
+        assert b["ingest"] == b["http"] + "/v1/topics/{topic}/records"
+        req = urllib.request.Request(
+            b["ingest"].format(topic=topic) + "?acks=all", data=b"one\ntwo\n",
+            method="POST", headers={"Content-Type": "text/plain"},
+        )  # fmt: skip
+        with urllib.request.urlopen(req, timeout=60) as r:
+            doc = json.loads(r.read())
+        assert doc["records"] == 2 and doc["stored"]["key"], doc
     finally:
         memq("dev", "down")

@@ -29,8 +29,10 @@ from memq.broker.kafka_codec import (
     response_class,
     unsupported_response,
 )
+from memq.broker.kafka_connection import _bearer
 from memq.broker.kafka_structs import MetadataRequest_v8
 from memq.errors import (
+    AuthenticationError,
     ChecksumError,
     MalformedError,
     MemqFormatError,
@@ -202,3 +204,30 @@ def test_node_ids_are_stable_non_negative_int32() -> None:
     ids = {node_id(f"broker-{i}") for i in range(1000)}
     assert len(ids) == 1000 and all(0 <= i < 1 << 31 for i in ids)
     assert node_id("broker-1") == node_id("broker-1")
+
+
+# --- SASL/OAUTHBEARER client responses (RFC 7628 3.1) ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("message", "expected"),
+    [
+        (b"n,,\x01auth=Bearer tok.en\x01\x01", (b"tok.en", "")),
+        (b"n,a=app,\x01host=h\x01port=9\x01auth=bearer  tok \x01\x01", (b"tok", "app")),
+        (b"n,,\x01auth=Bearer t\x01ext=1\x01\x01", (b"t", "")),  # librdkafka's extensions
+    ],
+)
+def test_an_oauthbearer_response_gives_its_token_and_authzid(
+    message: bytes, expected: tuple[bytes, str]
+) -> None:
+    assert _bearer(message) == expected
+
+
+@pytest.mark.parametrize(
+    "message",
+    [b"", b"auth=Bearer t", b"y,,\x01auth=Bearer t\x01\x01", b"n,,\x01auth=Basic t\x01\x01",
+     b"n,,\x01auth=Bearer \x01\x01", b"n,,\x01host=h\x01\x01", b"n,,x\x01auth=Bearer t\x01\x01"],
+)  # fmt: skip
+def test_a_malformed_oauthbearer_response_is_refused(message: bytes) -> None:
+    with pytest.raises(AuthenticationError, match="OAUTHBEARER"):
+        _bearer(message)
