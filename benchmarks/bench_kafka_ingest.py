@@ -40,6 +40,7 @@ import re
 import sys
 import time
 import urllib.request
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -238,7 +239,7 @@ def run(
             eprint(f"Kafka-protocol broker {state.kafka_bootstrap}: {seconds:.0f} s window")
             # A new topic each time, deleted after: Tansu keeps records in memory, and one
             # window leaves GiBs (kept, its next runs fell from ~300 to ~175 MB/s).
-            topic = f"bench-kafka-ingest-direct-{partitions}-{rep}"
+            topic = f"bench-kafka-ingest-direct-{partitions}-{uuid.uuid4().hex[:8]}"
             ensure_topic(state.kafka_bootstrap, topic, partitions)
             try:
                 direct = drive(state.kafka_bootstrap, topic, tansu_pid, warmup, seconds)

@@ -301,7 +301,7 @@ class KafkaConnection:
         self.server.metrics.errors.labels("auth_failed").inc()
         log.warning("kafka listener: authentication failed from %s: %s", self.peer, e)
         self._closed = True  # Kafka closes the connection after a failed authentication
-        return f"{e} (the password is a MemQ token: memq token create)"
+        return f"{e} (the SASL secret is a MemQ token: memq token create)"
 
     def _sasl_authenticate(self, req: KafkaRequest) -> Any:
         doc: dict[str, Any] = {"error_code": 0, "error_message": None, "sasl_auth_bytes": b"",
@@ -331,6 +331,8 @@ class KafkaConnection:
 
     def _note_unanswered(self, delta: int) -> None:
         self._unanswered += delta
+        if self._closed:  # (its flows are forgotten: answers of cancelled requests come later)
+            return
         blocked = self._idempotent and self._unanswered >= IDEMPOTENT_MAX_IN_FLIGHT
         self.listener.connection_blocked(id(self), blocked, self._idempotent)
 
@@ -482,10 +484,16 @@ def _bearer(message: bytes) -> tuple[bytes, str]:
     """(token, authorization id or "") of an OAUTHBEARER client response (RFC 7628 3.1)."""
     gs2, sep, rest = message.partition(b"\x01")
     fields = gs2.split(b",")
-    if not sep or len(fields) != 3 or fields[0] != b"n" or fields[2]:
+    if (
+        not sep or len(fields) != 3 or fields[0] != b"n" or fields[2]
+        or (fields[1] and not fields[1].startswith(b"a="))
+    ):  # fmt: skip
         raise AuthenticationError("malformed SASL/OAUTHBEARER message (no 'n,,' header)")
-    authzid = fields[1][2:].decode("utf-8", "replace") if fields[1].startswith(b"a=") else ""
-    for kv in rest.split(b"\x01"):
+    if not rest.endswith(b"\x01\x01"):
+        raise AuthenticationError("malformed SASL/OAUTHBEARER message (no closing ^A^A)")
+    # saslname escapes (RFC 5801): =2C is ',' and =3D is '='
+    authzid = fields[1][2:].replace(b"=2C", b",").replace(b"=3D", b"=").decode("utf-8", "replace")
+    for kv in rest[:-2].split(b"\x01"):
         key, _, value = kv.partition(b"=")
         if key == b"auth":
             scheme, _, token = value.partition(b" ")

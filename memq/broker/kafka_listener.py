@@ -112,8 +112,8 @@ class KafkaListener:
         self._blocked: set[int] = set()
         #: Connections of idempotent producers (at most 5 requests in flight).
         self._idempotent: set[int] = set()
-        #: Per topic: the open batch's seq and, per connection, the flows waiting on it.
-        self._held: dict[str, tuple[int, dict[int, int]]] = {}
+        #: Per topic: the open batch and, per connection, the flows waiting on it.
+        self._held: dict[str, tuple[Batch, dict[int, int]]] = {}
         #: What ApiVersions lists; what is served is that minus ADVERTISED_ONLY.
         self.advertised = {**SUPPORTED, **ADVERTISED_ONLY}
         self.supported = dict(SUPPORTED)
@@ -203,13 +203,15 @@ class KafkaListener:
     def hold(self, topic: str, conn: int, batch: Batch) -> None:
         """Note that a flow of ``conn`` waits for the open ``batch`` of ``topic``."""
         held = self._held.get(topic)
-        if held is None or held[0] != batch.seq:
-            held = self._held[topic] = (batch.seq, {})
+        if held is None or held[0] is not batch:
+            held = self._held[topic] = (batch, {})
         held[1][conn] = held[1].get(conn, 0) + 1
 
     def forget_flows(self, conn: int) -> None:
         self._blocked.discard(conn)
         self._idempotent.discard(conn)
+        for _batch, counts in self._held.values():
+            counts.pop(conn, None)
         for flows in self._flows.values():
             for key in [k for k in flows if k[0] == conn]:
                 del flows[key]
@@ -239,23 +241,29 @@ class KafkaListener:
         per_conn: dict[int, int] = {}
         for key, flow in list(flows.items()):
             if flow.outstanding:
-                pipelined = pipelined or flow.pipelines
+                stalled = stalled and not flow.pipelines
             elif now - flow.seen > _FLOW_IDLE_S:
                 del flows[key]
                 continue
             elif key[0] not in self._blocked:
                 stalled = False
+            pipelined = pipelined or flow.pipelines  # (acks 0/1 flows too)
             per_conn[key[0]] = per_conn.get(key[0], 0) + 1
+        if stalled:
+            proc.seal_if_open(batch, "waiting")
+            return
         if pipelined:
             return
         held = self._held.get(topic)
-        waiting = sum(held[1].values()) if held is not None and held[0] == batch.seq else 0
+        waiting = sum(held[1].values()) if held is not None and held[0] is batch else 0
         window = sum(
             min(n, IDEMPOTENT_MAX_IN_FLIGHT) if c in self._idempotent else n
             for c, n in per_conn.items()
         )
-        half = 2 * waiting >= window
-        if stalled or (half and batch.builder.size * _SPLIT_SHARE >= proc.config.batch.max_bytes):
+        if (
+            2 * waiting >= window
+            and batch.builder.size * _SPLIT_SHARE >= proc.config.batch.max_bytes
+        ):
             proc.seal_if_open(batch, "waiting")
 
     def partitions(self, topic: str) -> int:

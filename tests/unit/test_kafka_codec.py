@@ -215,6 +215,7 @@ def test_node_ids_are_stable_non_negative_int32() -> None:
         (b"n,,\x01auth=Bearer tok.en\x01\x01", (b"tok.en", "")),
         (b"n,a=app,\x01host=h\x01port=9\x01auth=bearer  tok \x01\x01", (b"tok", "app")),
         (b"n,,\x01auth=Bearer t\x01ext=1\x01\x01", (b"t", "")),  # librdkafka's extensions
+        (b"n,a=a=2Cb=3D,\x01auth=Bearer t\x01\x01", (b"t", "a,b=")),  # saslname escapes
     ],
 )
 def test_an_oauthbearer_response_gives_its_token_and_authzid(
@@ -226,7 +227,8 @@ def test_an_oauthbearer_response_gives_its_token_and_authzid(
 @pytest.mark.parametrize(
     "message",
     [b"", b"auth=Bearer t", b"y,,\x01auth=Bearer t\x01\x01", b"n,,\x01auth=Basic t\x01\x01",
-     b"n,,\x01auth=Bearer \x01\x01", b"n,,\x01host=h\x01\x01", b"n,,x\x01auth=Bearer t\x01\x01"],
+     b"n,,\x01auth=Bearer \x01\x01", b"n,,\x01host=h\x01\x01", b"n,,x\x01auth=Bearer t\x01\x01",
+     b"n,,\x01auth=Bearer t\x01", b"n,x,\x01auth=Bearer t\x01\x01", b"\x00app\x00tok"],
 )  # fmt: skip
 def test_a_malformed_oauthbearer_response_is_refused(message: bytes) -> None:
     with pytest.raises(AuthenticationError, match="OAUTHBEARER"):

@@ -162,6 +162,46 @@ def test_half_the_window_waiting_seals_so_the_other_half_fills_the_next_batch(
     assert small.sealed == []
 
 
+def test_an_acks_1_flow_keeps_the_batch_open_whatever_waits_on_it(
+    listener: KafkaListener,
+) -> None:
+    """A flow that may send more (acks 0/1, or one that pipelined) could add to the
+    batch: neither rule seals it early, however much of the window waits."""
+    proc, batch = Proc(), SimpleNamespace(seq=1, builder=SimpleNamespace(size=4 << 20))
+    listener.flow_sent("t", 1, 0, waits=False)  # acks=1: never outstanding
+    listener.flow_sent("t", 2, 0, waits=True)
+    listener.hold("t", 2, batch)  # type: ignore[arg-type]
+    listener.seal_if_stalled("t", proc, batch)  # type: ignore[arg-type]
+    assert proc.sealed == []
+
+
+def test_holds_belong_to_one_batch_object_and_a_closed_connection_holds_nothing(
+    listener: KafkaListener,
+) -> None:
+    proc = Proc()
+    mb = SimpleNamespace(size=1 << 20)
+    for p in range(4):
+        listener.flow_sent("t", 1, p, waits=True).outstanding = 0
+    listener.flow_sent("t", 2, 0, waits=True).outstanding = 0
+    old = SimpleNamespace(seq=1, builder=mb)
+    for _ in range(3):
+        listener.hold("t", 1, old)  # type: ignore[arg-type]
+    new = SimpleNamespace(seq=1, builder=mb)  # the same seq: a topic re-created
+    listener.hold("t", 2, new)  # type: ignore[arg-type]
+    listener.seal_if_stalled("t", proc, new)  # type: ignore[arg-type]
+    assert proc.sealed == []  # 1 of a window of 5 waits on it, not 4
+    for _ in range(2):
+        listener.hold("t", 1, new)  # type: ignore[arg-type]
+    listener.forget_flows(1)  # closed: its flows and what it held are gone
+    listener.flow_sent("t", 3, 0, waits=True).outstanding = 0
+    listener.flow_sent("t", 3, 1, waits=True).outstanding = 0
+    listener.seal_if_stalled("t", proc, new)  # type: ignore[arg-type]
+    assert proc.sealed == []  # 1 (connection 2) of a window of 3
+    listener.hold("t", 3, new)  # type: ignore[arg-type]
+    listener.seal_if_stalled("t", proc, new)  # type: ignore[arg-type]
+    assert proc.sealed == [(new, "waiting")]
+
+
 def test_node_ids_are_stable_distinct_and_non_negative() -> None:
     assert node_id("b-1") == node_id("b-1")
     ids = {node_id(f"b-{i}") for i in range(2000)}
