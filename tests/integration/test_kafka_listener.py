@@ -236,6 +236,62 @@ def test_a_retried_idempotent_batch_is_answered_as_a_duplicate(
     assert (h.producer_id, h.epoch, h.sequence) == (4242, 0, (1 << 32) | 0)
 
 
+def test_librdkafka_retries_after_cut_connections_store_every_record_once(
+    memq_stack: StackState, s3_bucket: str, topic: str
+) -> None:
+    """A real idempotent client whose connections are cut while its acks=all requests
+    wait: it retries them (same producer id, epoch and sequence) on a new connection,
+    the broker answers the ones it stored as duplicates, and every record is read back
+    exactly once. The clients reach the broker only through a fault proxy (the
+    advertised port is the proxy's); cuts go on until the broker has seen a retry."""
+    from confluent_kafka import Producer
+
+    from memq.devstack.faultproxy import FaultProxy
+
+    with FaultProxy("127.0.0.1", 1) as proxy:  # upstream set once the broker has its port
+        listener = {"advertised_port": proxy.port}
+        with kafka_broker(memq_stack, s3_bucket, [topic], kafka_listener=listener) as b:
+            assert b.server is not None and b.server.kafka is not None
+            kafka = b.server.kafka
+            assert kafka.advertised_port == proxy.port != kafka.port
+            proxy.upstream = ("127.0.0.1", kafka.port)
+            reg = b.server.metrics.registry
+
+            def duplicates() -> float:
+                v = reg.get_sample_value("memq_duplicate_blocks_total", {"topic": topic})
+                return v or 0.0
+
+            p = Producer({"bootstrap.servers": proxy.address, "enable.idempotence": True,
+                          "acks": "all", "linger.ms": 5, "message.timeout.ms": 120_000})  # fmt: skip
+
+            def waiting() -> bool:  # an acks=all request is in the broker, not answered yet
+                return any(c._unanswered > 0 for c in list(kafka.connections))
+
+            reports: list[Any] = []
+            sent, cuts = 0, 0
+            deadline = time.monotonic() + 90
+            while duplicates() == 0 or cuts < 3:
+                assert time.monotonic() < deadline, f"no retry reached the broker ({cuts} cuts)"
+                for _ in range(300):
+                    p.produce(topic, b"v-%d" % sent, b"k-%d" % (sent % 13),
+                              on_delivery=lambda err, msg: reports.append(err))  # fmt: skip
+                    sent += 1
+                until = time.monotonic() + 5
+                while not waiting() and time.monotonic() < until:
+                    p.poll(0.001)
+                if waiting():
+                    proxy.set_mode("pass")  # cut every connection: answers owed are lost
+                    cuts += 1
+                p.poll(0.1)
+            assert p.flush(120) == 0
+            assert len(reports) == sent and all(err is None for err in reports), [
+                e for e in reports if e is not None
+            ][:3]
+            got = read_back(b.address, topic, sent)
+    assert duplicates() > 0 and proxy.counts["pass"] > cuts
+    assert sorted(m.value for m in got) == sorted(b"v-%d" % i for i in range(sent))
+
+
 @pytest.mark.parametrize(
     "garbage",
     [
