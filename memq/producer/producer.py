@@ -38,6 +38,10 @@ __all__ = ["BufferFullError", "Producer"]
 
 log = logging.getLogger(__name__)
 
+#: How long close() waits for the I/O loop to cancel its sends (and audit records to
+#: find their topic) before it stops the loop anyway and fails what is left.
+_SHUTDOWN_WAIT_S = 10.0
+
 
 def _as_bytes(v: Any, what: str) -> bytes:
     if isinstance(v, bytes):
@@ -425,11 +429,19 @@ class Producer(BlockFilling):
             if self._audit_tasks:  # audit records still waiting for their topic's metadata
                 asyncio.run_coroutine_threadsafe(
                     asyncio.wait(set(self._audit_tasks), timeout=5), self._loop
-                ).result(10)
-            asyncio.run_coroutine_threadsafe(self._sender.shutdown(), self._loop).result(10)
+                ).result(_SHUTDOWN_WAIT_S)
+            asyncio.run_coroutine_threadsafe(self._sender.shutdown(), self._loop).result(
+                _SHUTDOWN_WAIT_S
+            )
+        except TimeoutError:  # (close() returns all the same: what is left fails below)
+            log.warning(
+                "producer close: the I/O loop did not stop its sends within %.0f s; "
+                "stopping it, its blocks fail with ClientClosedError",
+                _SHUTDOWN_WAIT_S,
+            )
         finally:
             self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
+        self._thread.join(_SHUTDOWN_WAIT_S)
         with self._lock:  # sealed but never sent (the loop stopped first): fail them
             leftover = list(self._inflight)
         for block in leftover:

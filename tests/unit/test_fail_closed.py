@@ -310,3 +310,25 @@ def test_a_large_record_waits_max_block_ms_then_raises_when_memory_stays_short()
         assert 0.25 <= time.monotonic() - t0 < 5
     finally:
         p.close(0.1)
+
+
+def test_close_returns_and_fails_what_is_left_when_the_io_loop_does_not_stop_its_sends(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """close() waits a bounded time for the I/O loop to cancel its sends; if that does
+    not finish, it still stops the loop and fails every record left (never raises)."""
+    import memq.producer.producer as producer_module
+    from memq.producer.sender import Sender
+
+    async def never(_self: Sender) -> None:
+        await asyncio.Event().wait()
+
+    monkeypatch.setattr(Sender, "shutdown", never)
+    monkeypatch.setattr(producer_module, "_SHUTDOWN_WAIT_S", 0.5)
+    p = Producer({"bootstrap.servers": REFUSED, "audit.enable": False, "linger.ms": 0})
+    futures = [p.produce("t", b"v%d" % i) for i in range(3)]
+    t0 = time.monotonic()
+    assert p.close(0.1) == 3
+    assert time.monotonic() - t0 < 5
+    assert all(isinstance(f.exception(0), ClientClosedError) for f in futures)
+    assert "did not stop its sends" in caplog.text
