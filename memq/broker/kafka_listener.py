@@ -39,6 +39,7 @@ import logging
 import random
 import ssl
 import time
+import weakref
 from collections import OrderedDict
 from typing import Any, Protocol
 
@@ -112,8 +113,9 @@ class KafkaListener:
         self._blocked: set[int] = set()
         #: Connections of idempotent producers (at most 5 requests in flight).
         self._idempotent: set[int] = set()
-        #: Per topic: the open batch and, per connection, the flows waiting on it.
-        self._held: dict[str, tuple[Batch, dict[int, int]]] = {}
+        #: Per topic: the open batch (weakly: never keeps a sealed batch's buffer alive)
+        #: and, per connection, the flows waiting on it.
+        self._held: dict[str, tuple[weakref.ref[Batch], dict[int, int]]] = {}
         #: What ApiVersions lists; what is served is that minus ADVERTISED_ONLY.
         self.advertised = {**SUPPORTED, **ADVERTISED_ONLY}
         self.supported = dict(SUPPORTED)
@@ -203,8 +205,8 @@ class KafkaListener:
     def hold(self, topic: str, conn: int, batch: Batch) -> None:
         """Note that a flow of ``conn`` waits for the open ``batch`` of ``topic``."""
         held = self._held.get(topic)
-        if held is None or held[0] is not batch:
-            held = self._held[topic] = (batch, {})
+        if held is None or held[0]() is not batch:
+            held = self._held[topic] = (weakref.ref(batch), {})
         held[1][conn] = held[1].get(conn, 0) + 1
 
     def forget_flows(self, conn: int) -> None:
@@ -255,7 +257,7 @@ class KafkaListener:
         if pipelined:
             return
         held = self._held.get(topic)
-        waiting = sum(held[1].values()) if held is not None and held[0] is batch else 0
+        waiting = sum(held[1].values()) if held is not None and held[0]() is batch else 0
         window = sum(
             min(n, IDEMPOTENT_MAX_IN_FLIGHT) if c in self._idempotent else n
             for c, n in per_conn.items()

@@ -28,6 +28,13 @@ class Proc:
         self.sealed.append((batch, trigger))
 
 
+class FakeBatch:
+    """What the listener reads of a batch (weakly referenced, as a real Batch)."""
+
+    def __init__(self, seq: int, builder: Any) -> None:
+        self.seq, self.builder = seq, builder
+
+
 @pytest.fixture
 def listener() -> KafkaListener:
     server = SimpleNamespace(config=SimpleNamespace(kafka_listener=KafkaListenerConfig(port=0)),
@@ -124,7 +131,7 @@ def test_half_the_window_waiting_seals_so_the_other_half_fills_the_next_batch(
     connection is then at its limit), so one batch uploads while the next fills."""
     proc = Proc()
     mb = SimpleNamespace(size=1 << 20)  # a batch holding 1 MiB of 8
-    b1, b2 = SimpleNamespace(seq=1, builder=mb), SimpleNamespace(seq=2, builder=mb)
+    b1, b2 = FakeBatch(seq=1, builder=mb), FakeBatch(seq=2, builder=mb)
     flows = []
     for p in range(16):  # every partition has written recently; answered since
         flow = listener.flow_sent("t", 1, p, waits=True)
@@ -154,7 +161,7 @@ def test_half_the_window_waiting_seals_so_the_other_half_fills_the_next_batch(
         assert other.sealed == ([(b1, "waiting")] if p == 7 else [])
     # Under 1/8 of batch.bytes, half the window is not enough: the batch waits for more.
     small = Proc()
-    b3 = SimpleNamespace(seq=3, builder=SimpleNamespace(size=(1 << 20) - 1))
+    b3 = FakeBatch(seq=3, builder=SimpleNamespace(size=(1 << 20) - 1))
     listener.hold("u", 2, b3)  # type: ignore[arg-type]
     for _ in range(8):
         listener.hold("u", 2, b3)  # type: ignore[arg-type]
@@ -167,7 +174,7 @@ def test_an_acks_1_flow_keeps_the_batch_open_whatever_waits_on_it(
 ) -> None:
     """A flow that may send more (acks 0/1, or one that pipelined) could add to the
     batch: neither rule seals it early, however much of the window waits."""
-    proc, batch = Proc(), SimpleNamespace(seq=1, builder=SimpleNamespace(size=4 << 20))
+    proc, batch = Proc(), FakeBatch(seq=1, builder=SimpleNamespace(size=4 << 20))
     listener.flow_sent("t", 1, 0, waits=False)  # acks=1: never outstanding
     listener.flow_sent("t", 2, 0, waits=True)
     listener.hold("t", 2, batch)  # type: ignore[arg-type]
@@ -183,10 +190,10 @@ def test_holds_belong_to_one_batch_object_and_a_closed_connection_holds_nothing(
     for p in range(4):
         listener.flow_sent("t", 1, p, waits=True).outstanding = 0
     listener.flow_sent("t", 2, 0, waits=True).outstanding = 0
-    old = SimpleNamespace(seq=1, builder=mb)
+    old = FakeBatch(seq=1, builder=mb)
     for _ in range(3):
         listener.hold("t", 1, old)  # type: ignore[arg-type]
-    new = SimpleNamespace(seq=1, builder=mb)  # the same seq: a topic re-created
+    new = FakeBatch(seq=1, builder=mb)  # the same seq: a topic re-created
     listener.hold("t", 2, new)  # type: ignore[arg-type]
     listener.seal_if_stalled("t", proc, new)  # type: ignore[arg-type]
     assert proc.sealed == []  # 1 of a window of 5 waits on it, not 4
