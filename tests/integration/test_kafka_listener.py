@@ -111,12 +111,10 @@ def spark_read_back(
     spark: Any, stack: StackState, bucket: str, b: BrokerThread, topic: str
 ) -> list[tuple[bytes | None, bytes, tuple[tuple[str, bytes], ...], int]]:
     """(key, value, headers sorted by name, timestamp ms) of every record of ``topic``
-    read with the Spark ``memq`` source straight from the broker's S3 objects."""
+    read with the Spark ``memq`` source (registered by the ``spark_session`` fixture)
+    straight from the broker's S3 objects."""
     from pyspark.sql import functions as F  # noqa: N812
 
-    from memq.spark import register
-
-    register(spark)
     df = (
         spark.read.format("memq")
         .options(bucket=bucket, topic=topic, cluster=b.config.cluster,

@@ -35,6 +35,16 @@ class FakeBatch:
         self.seq, self.builder = seq, builder
 
 
+def answered_flows(listener: KafkaListener, topic: str, conn: int, partitions: int) -> list[Any]:
+    """Flows of ``conn`` to ``partitions`` partitions that wrote recently, answered since."""
+    flows = []
+    for p in range(partitions):
+        flow = listener.flow_sent(topic, conn, p, waits=True)
+        flow.outstanding = 0
+        flows.append(flow)
+    return flows
+
+
 @pytest.fixture
 def listener() -> KafkaListener:
     server = SimpleNamespace(config=SimpleNamespace(kafka_listener=KafkaListenerConfig(port=0)),
@@ -132,11 +142,7 @@ def test_half_the_window_waiting_seals_so_the_other_half_fills_the_next_batch(
     proc = Proc()
     mb = SimpleNamespace(size=1 << 20)  # a batch holding 1 MiB of 8
     b1, b2 = FakeBatch(seq=1, builder=mb), FakeBatch(seq=2, builder=mb)
-    flows = []
-    for p in range(16):  # every partition has written recently; answered since
-        flow = listener.flow_sent("t", 1, p, waits=True)
-        flow.outstanding = 0
-        flows.append(flow)
+    flows = answered_flows(listener, "t", 1, 16)
     listener.connection_blocked(1, False, True)
     for p in range(3):
         flows[p].outstanding += 1
@@ -152,18 +158,16 @@ def test_half_the_window_waiting_seals_so_the_other_half_fills_the_next_batch(
     # Not idempotent: no in-flight limit, so the window is every flow (16): half is 8.
     other = Proc()
     listener.forget_flows(1)
-    for p in range(16):
-        listener.flow_sent("u", 2, p, waits=True).outstanding = 0
+    others = answered_flows(listener, "u", 2, 16)
     for p in range(8):
-        listener._flows["u"][(2, p)].outstanding = 1
+        others[p].outstanding = 1
         listener.hold("u", 2, b1)  # type: ignore[arg-type]
         listener.seal_if_stalled("u", other, b1)  # type: ignore[arg-type]
         assert other.sealed == ([(b1, "waiting")] if p == 7 else [])
     # Under 1/8 of batch.bytes, half the window is not enough: the batch waits for more.
     small = Proc()
     b3 = FakeBatch(seq=3, builder=SimpleNamespace(size=(1 << 20) - 1))
-    listener.hold("u", 2, b3)  # type: ignore[arg-type]
-    for _ in range(8):
+    for _ in range(8):  # half the window of 16
         listener.hold("u", 2, b3)  # type: ignore[arg-type]
     listener.seal_if_stalled("u", small, b3)  # type: ignore[arg-type]
     assert small.sealed == []
@@ -187,9 +191,8 @@ def test_holds_belong_to_one_batch_object_and_a_closed_connection_holds_nothing(
 ) -> None:
     proc = Proc()
     mb = SimpleNamespace(size=1 << 20)
-    for p in range(4):
-        listener.flow_sent("t", 1, p, waits=True).outstanding = 0
-    listener.flow_sent("t", 2, 0, waits=True).outstanding = 0
+    answered_flows(listener, "t", 1, 4)
+    answered_flows(listener, "t", 2, 1)
     old = FakeBatch(seq=1, builder=mb)
     for _ in range(3):
         listener.hold("t", 1, old)  # type: ignore[arg-type]
@@ -200,8 +203,7 @@ def test_holds_belong_to_one_batch_object_and_a_closed_connection_holds_nothing(
     for _ in range(2):
         listener.hold("t", 1, new)  # type: ignore[arg-type]
     listener.forget_flows(1)  # closed: its flows and what it held are gone
-    listener.flow_sent("t", 3, 0, waits=True).outstanding = 0
-    listener.flow_sent("t", 3, 1, waits=True).outstanding = 0
+    answered_flows(listener, "t", 3, 2)
     listener.seal_if_stalled("t", proc, new)  # type: ignore[arg-type]
     assert proc.sealed == []  # 1 (connection 2) of a window of 3
     listener.hold("t", 3, new)  # type: ignore[arg-type]
