@@ -32,6 +32,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
 import msgpack
@@ -55,6 +56,7 @@ __all__ = [
     "decode_columns_with_crc",
     "decode_records",
     "encode_block",
+    "encode_block_parts",
     "encode_block_with_crc",
     "verify_block",
 ]
@@ -155,20 +157,92 @@ def _encode(
 ) -> tuple[bytes, bytes]:
     if not records:
         raise MalformedError("a block needs at least one record")
-    _check_range("producer_id", producer_id, 0, _U64)
-    _check_range("epoch", epoch, 0, _U32)
-    _check_range("sequence", sequence, 0, _U64)
-    if len(records) > _U32:
-        raise MalformedError(f"too many records for one block: {len(records)}")
     if min_timestamp is None or max_timestamp is None:
         stamps = [r[0] for r in records]
         min_timestamp, max_timestamp = min(stamps), max(stamps)
-    _check_range("min_timestamp", min_timestamp, _I64_MIN, _I64_MAX)
-    _check_range("max_timestamp", max_timestamp, min_timestamp, _I64_MAX)
     try:
         raw = msgpack.packb(records, use_bin_type=True)
     except (TypeError, ValueError, OverflowError) as e:
         raise MalformedError(f"records cannot be encoded: {e}") from None
+    head, body = _frame(
+        raw, len(records), producer_id, epoch, sequence, compression, min_timestamp, max_timestamp
+    )
+    return head + body, raw
+
+
+def encode_block_parts(
+    timestamps: Sequence[int],
+    keys: Sequence[bytes | None],
+    values: Sequence[bytes],
+    headers: Sequence[tuple[Header, ...] | None],
+    *,
+    producer_id: int,
+    epoch: int,
+    sequence: int,
+    compression: Compression = Compression.ZSTD,
+) -> tuple[bytes, bytes | memoryview, bytes]:
+    """The block of records given column by column (equal-length sequences), as
+    ``(header, body, raw)``: the 56-byte header, the body, and the uncompressed record
+    payload (``body`` itself without compression). ``header + body`` is byte for byte
+    what :func:`encode_block` makes of the same records; keeping the two parts apart
+    lets a sender write them without joining them (a copy of the body).
+
+    Records without headers (the common case) are encoded without a tuple per record
+    or msgpack's buffer: the payload is joined once from the values and a few distinct
+    byte strings (each record's array header, timestamp, key and bin header, cached
+    per distinct timestamp and length), in C-level loops. Others go through msgpack.
+    """
+    n = len(values)
+    if not n:
+        raise MalformedError("a block needs at least one record")
+    if not len(timestamps) == len(keys) == len(headers) == n:
+        raise MalformedError(
+            f"record columns differ in length: {len(timestamps)} timestamps, {len(keys)} "
+            f"keys, {n} values, {len(headers)} headers"
+        )
+    min_timestamp, max_timestamp = min(timestamps), max(timestamps)
+    raw: bytes | None = None
+    if (
+        headers.count(None) == n
+        and set(map(type, values)) == {bytes}
+        and set(map(type, timestamps)) == {int}
+        and min_timestamp >= _I64_MIN
+        and max_timestamp <= _I64_MAX
+    ):
+        if keys.count(None) == n:
+            raw = _join_unkeyed(timestamps, values)
+        elif set(map(type, keys)) <= _KEY_TYPES:
+            raw = _join_keyed(timestamps, keys, values)
+    if raw is None:
+        try:
+            records = list(zip(timestamps, keys, values, headers, strict=True))
+            raw = msgpack.packb(records, use_bin_type=True)
+        except (TypeError, ValueError, OverflowError) as e:
+            raise MalformedError(f"records cannot be encoded: {e}") from None
+    head, body = _frame(
+        raw, n, producer_id, epoch, sequence, compression, min_timestamp, max_timestamp
+    )
+    return head, body, raw
+
+
+def _frame(
+    raw: bytes,
+    count: int,
+    producer_id: int,
+    epoch: int,
+    sequence: int,
+    compression: Compression,
+    min_timestamp: int,
+    max_timestamp: int,
+) -> tuple[bytes, bytes | memoryview]:
+    """The header (with its CRC) and the body of a block whose record payload is ``raw``."""
+    _check_range("producer_id", producer_id, 0, _U64)
+    _check_range("epoch", epoch, 0, _U32)
+    _check_range("sequence", sequence, 0, _U64)
+    if count > _U32:
+        raise MalformedError(f"too many records for one block: {count}")
+    _check_range("min_timestamp", min_timestamp, _I64_MIN, _I64_MAX)
+    _check_range("max_timestamp", max_timestamp, min_timestamp, _I64_MAX)
     if len(raw) > _U32:
         raise MalformedError(f"block body of {len(raw)} bytes exceeds the 4 GiB format limit")
     body = compress(compression, raw)
@@ -180,14 +254,92 @@ def _encode(
         producer_id,
         epoch,
         sequence,
-        len(records),
+        count,
         min_timestamp,
         max_timestamp,
         len(raw),
         len(body),
     )
     crc = crc32(body, crc32(memoryview(rest)[_CRC_START:], crc32(rest[:4])))
-    return b"".join((rest[:4], crc.to_bytes(4, "big"), rest[_CRC_START:], body)), raw
+    return b"".join((rest[:4], crc.to_bytes(4, "big"), rest[_CRC_START:])), body
+
+
+# --- the msgpack payload joined from columns (records without headers) ----------------
+# msgpack's own (shortest) forms, so the bytes equal msgpack.packb's: bin 8/16/32 by
+# length, array fix/16/32 by count, ints as msgpack.packb encodes them.
+
+
+def _bin_header(n: int) -> bytes:
+    if n < 0x100:
+        return b"\xc4" + n.to_bytes(1, "big")
+    if n < 0x10000:
+        return b"\xc5" + n.to_bytes(2, "big")
+    return b"\xc6" + n.to_bytes(4, "big")
+
+
+def _array_header(n: int) -> bytes:
+    if n < 16:
+        return bytes((0x90 | n,))
+    if n < 0x10000:
+        return b"\xdc" + n.to_bytes(2, "big")
+    return b"\xdd" + n.to_bytes(4, "big")
+
+
+_NIL = b"\xc0"
+
+
+class _Leads(dict[tuple[int, int], bytes]):
+    """``(timestamp, length)`` -> the bytes that lead up to a record's value: the
+    previous record's nil headers, this record's array header and timestamp, then its
+    nil key and the value's bin header (``length`` >= 0) or, for a keyed record
+    (``length`` < 0: ``-2 - key length``, or -1 for a nil key), what leads up to the key."""
+
+    def __missing__(self, k: tuple[int, int]) -> bytes:
+        ts, n = k
+        stamp: bytes = msgpack.packb(ts)
+        lead = (
+            b"\xc0\x94"
+            + stamp
+            + (b"\xc0" + _bin_header(n) if n >= 0 else _NIL if n == -1 else _bin_header(-2 - n))
+        )
+        self[k] = lead
+        return lead
+
+
+def _join_unkeyed(timestamps: Sequence[int], values: Sequence[bytes]) -> bytes:
+    # (columns of one length, checked by the caller: strict would cost a check per item)
+    leads = _Leads().__getitem__
+    lead_of = map(leads, zip(timestamps, map(len, values), strict=False))
+    pieces = chain.from_iterable(zip(lead_of, values, strict=False))
+    first = next(pieces)
+    return b"".join(chain((_array_header(len(values)), memoryview(first)[1:]), pieces, (_NIL,)))
+
+
+def _join_keyed(
+    timestamps: Sequence[int], keys: Sequence[bytes | None], values: Sequence[bytes]
+) -> bytes:
+    leads = _Leads().__getitem__
+    marks = [-1 if k is None else -2 - len(k) for k in keys]
+    vheads = _BinHeaders().__getitem__
+    pieces = chain.from_iterable(
+        zip(
+            map(leads, zip(timestamps, marks, strict=False)),
+            [b"" if k is None else k for k in keys],
+            map(vheads, map(len, values)),
+            values,
+            strict=False,
+        )
+    )
+    first = next(pieces)
+    return b"".join(chain((_array_header(len(values)), memoryview(first)[1:]), pieces, (_NIL,)))
+
+
+class _BinHeaders(dict[int, bytes]):
+    """length -> its msgpack bin header."""
+
+    def __missing__(self, n: int) -> bytes:
+        self[n] = h = _bin_header(n)
+        return h
 
 
 def decode_block_header(

@@ -8,10 +8,10 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
-from typing import Any
 
-from memq.formats.block import Header, Record, encode_block, encode_block_with_crc
+from memq.formats.block import Header, encode_block_parts
 from memq.formats.compression import Compression
+from memq.formats.crc import crc32
 from memq.producer.futures import BlockResult, DeliveryCallback, RecordFuture
 
 __all__ = ["RECORD_OVERHEAD", "OpenBlock", "SealedBlock", "record_size"]
@@ -141,10 +141,6 @@ class OpenBlock:
     def seal(self, sequence: int) -> SealedBlock:
         return SealedBlock(self, sequence)
 
-    def records(self) -> list[Record]:
-        """The records as tuples (built only to encode the block)."""
-        return list(zip(self.timestamps, self.keys, self.values, self.headers, strict=True))
-
     def release_records(self) -> None:
         """Drop the record payloads (the encoded block holds them now); keep timestamps."""
         self.keys, self.values, self.headers = [], [], []
@@ -173,19 +169,20 @@ class SealedBlock:
 
     def encode(
         self, producer_id: int, epoch: int, compression: Compression, content_crc: bool = False
-    ) -> bytes:
-        """The block's bytes; with ``content_crc`` also sets :attr:`content_crc` (audit)."""
+    ) -> tuple[bytes, bytes | memoryview]:
+        """The block's header and body (sent as two parts: never joined); with
+        ``content_crc`` also sets :attr:`content_crc` (audit)."""
         o = self.open
-        stamps = o.timestamps
-        args: dict[str, Any] = {
-            "producer_id": producer_id,
-            "epoch": epoch,
-            "sequence": self.sequence,
-            "compression": compression,
-            "min_timestamp": min(stamps),
-            "max_timestamp": max(stamps),
-        }
-        if not content_crc:
-            return encode_block(o.records(), **args)
-        data, self.content_crc = encode_block_with_crc(o.records(), **args)
-        return data
+        head, body, raw = encode_block_parts(
+            o.timestamps,
+            o.keys,
+            o.values,
+            o.headers,
+            producer_id=producer_id,
+            epoch=epoch,
+            sequence=self.sequence,
+            compression=compression,
+        )
+        if content_crc:
+            self.content_crc = crc32(raw)
+        return head, body

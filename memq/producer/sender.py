@@ -199,7 +199,7 @@ class Sender:
             self.finish(block, e, {})
             return
         if self.encoded is not None:
-            self.encoded(block, len(data))
+            self.encoded(block, len(data[0]) + len(data[1]))
         lane = block.lane
         if lane is not None:  # after every earlier block of the lane (encoded meanwhile)
             await self.lanes.turn((block.topic, lane), block.open.lane_seq)
@@ -223,13 +223,13 @@ class Sender:
                 async with self._slot(address):
                     self.sent_requests += 1
                     if cfg.acks == Ack.NONE:
-                        await conn.send(RequestType.WRITE, header, data)
+                        await conn.send(RequestType.WRITE, header, *data)
                         self.finish(block, None, meta)
                         return
                     timeout = min(
                         cfg.request_timeout_ms / 1000, max(0.1, deadline - time.monotonic())
                     )
-                    resp = await conn.request(RequestType.WRITE, header, data, timeout=timeout)
+                    resp = await conn.request(RequestType.WRITE, header, *data, timeout=timeout)
                 if cfg.acks == Ack.ALL and resp.body:
                     ack = decode_msg(WriteAck, resp.body, "WRITE response")
                     meta.update(

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from memq.errors import RequestTimeoutError, StorageError
-from memq.formats import Compression, decode_block_header, encode_block
+from memq.formats import Compression, decode_block_header, encode_block, verify_block
 from memq.formats.block import BLOCK_HEADER_SIZE
 from memq.producer.accumulator import OpenBlock, record_size
 from memq.producer.futures import BlockResult
@@ -28,7 +28,8 @@ def test_open_block_tracks_bounds_and_seals_with_a_sequence():
         assert b.try_add(ts, None, b"v", None, 10, None) is not None
     assert (b.min_ts, b.max_ts, b.size) == (10, 99, 40)
     sealed = b.seal(7)
-    (header,) = [decode_block_header(sealed.encode(3, 4, Compression.LZ4))]
+    head, body = sealed.encode(3, 4, Compression.LZ4)
+    header = verify_block(head + body)
     assert (header.sequence, header.producer_id, header.epoch) == (7, 3, 4)
     assert (header.min_timestamp, header.max_timestamp, header.record_count) == (10, 99, 4)
 
