@@ -129,6 +129,7 @@ class Producer(BlockFilling):
         self._lane_writers: dict[str, tuple[object, list[str]]] = {}
         self._buffered = 0
         self._pending_records = 0
+        self._needs = []
         self._closed = False
         self._encoder = ThreadPoolExecutor(cfg.encode_threads, thread_name_prefix="memq-encode")
         self._loop = asyncio.new_event_loop()
@@ -282,7 +283,7 @@ class Producer(BlockFilling):
         with self._lock:
             self._buffered += nbytes - o.reserved
             o.reserved = nbytes
-            self._changed.notify_all()
+            self._freed()
 
     def _finish(self, block: SealedBlock, error: MemqError | None, meta: dict[str, Any]) -> None:
         o = block.open
@@ -292,7 +293,10 @@ class Producer(BlockFilling):
             self._inflight.discard(block)
             self._buffered -= o.reserved
             self._pending_records -= o.count
-            self._changed.notify_all()
+            if self._pending_records:
+                self._freed()
+            else:  # (flush() waits for this)
+                self._changed.notify_all()
             c = self._counts
             if error is None:
                 c["records_acked"] += o.count

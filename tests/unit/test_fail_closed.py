@@ -332,3 +332,53 @@ def test_close_returns_and_fails_what_is_left_when_the_io_loop_does_not_stop_its
     assert time.monotonic() - t0 < 5
     assert all(isinstance(f.exception(0), ClientClosedError) for f in futures)
     assert "did not stop its sends" in caplog.text
+
+
+def test_a_thread_waiting_for_buffer_memory_is_woken_only_once_it_fits() -> None:
+    """Give-backs too small for any waiter wake nobody (at full load each wake-up was a
+    lock hand-off and a GIL switch, and the woken producer waited again); one that
+    makes room wakes the waiter, which then takes its reservation."""
+    p = Producer(
+        {"bootstrap.servers": REFUSED, "audit.enable": False, "buffer.memory": 1 << 20,
+         "max.block.ms": 30_000}
+    )  # fmt: skip
+    wakes: list[int] = []
+    notify_all = p._changed.notify_all
+
+    def counted() -> None:
+        wakes.append(1)
+        notify_all()
+
+    p._changed.notify_all = counted  # type: ignore[method-assign]
+    try:
+        with p._lock:
+            p._buffered = (1 << 20) - 100  # as if blocks in flight held it
+        got: Future[None] = Future()
+
+        def reserve() -> None:
+            with p._lock:
+                p._reserve(200_000)
+            got.set_result(None)
+
+        threading.Thread(target=reserve, daemon=True).start()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # until it waits for memory
+            with p._lock:
+                if p._needs == [200_000]:
+                    break
+            time.sleep(0.001)
+        with p._lock:
+            assert p._needs == [200_000]
+            p._buffered -= 100_000  # not enough for it: nobody is woken
+            p._freed()
+            assert wakes == []
+            p._buffered -= 150_000  # now it fits
+            p._freed()
+            assert wakes == [1]
+        got.result(10)
+        with p._lock:
+            assert p._buffered == (1 << 20) - 100 - 250_000 + 200_000
+            assert p._needs == []
+            p._buffered = 0
+    finally:
+        p.close(0.1)
