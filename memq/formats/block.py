@@ -180,6 +180,7 @@ def encode_block_parts(
     epoch: int,
     sequence: int,
     compression: Compression = Compression.ZSTD,
+    checked: bool = False,
 ) -> tuple[bytes, bytes | memoryview, bytes]:
     """The block of records given column by column (equal-length sequences), as
     ``(header, body, raw)``: the 56-byte header, the body, and the uncompressed record
@@ -191,6 +192,8 @@ def encode_block_parts(
     or msgpack's buffer: the payload is joined once from the values and a few distinct
     byte strings (each record's array header, timestamp, key and bin header, cached
     per distinct timestamp and length), in C-level loops. Others go through msgpack.
+    ``checked``: the caller guarantees values are ``bytes``, keys ``bytes`` or None
+    and timestamps ``int`` (the producer does), so their types are not checked again.
     """
     n = len(values)
     if not n:
@@ -200,20 +203,23 @@ def encode_block_parts(
             f"record columns differ in length: {len(timestamps)} timestamps, {len(keys)} "
             f"keys, {n} values, {len(headers)} headers"
         )
-    min_timestamp, max_timestamp = min(timestamps), max(timestamps)
     raw: bytes | None = None
-    if (
-        headers.count(None) == n
-        and set(map(type, values)) == {bytes}
-        and set(map(type, timestamps)) == {int}
-        and min_timestamp >= _I64_MIN
-        and max_timestamp <= _I64_MAX
+    if headers.count(None) == n and (
+        checked or (set(map(type, values)) == {bytes} and set(map(type, timestamps)) == {int})
     ):
-        if keys.count(None) == n:
-            raw = _join_unkeyed(timestamps, values)
-        elif set(map(type, keys)) <= _KEY_TYPES:
-            raw = _join_keyed(timestamps, keys, values)
+        leads = _Leads()
+        try:
+            if keys.count(None) == n:
+                raw = _join_unkeyed(leads, timestamps, values)
+            elif checked or set(map(type, keys)) <= _KEY_TYPES:
+                raw = _join_keyed(leads, timestamps, keys, values)
+        except OverflowError:  # a timestamp msgpack cannot hold: reported below
+            raw = None
+        if raw is not None:  # the bounds from the few distinct timestamps
+            stamps = {ts for ts, _ in leads}
+            min_timestamp, max_timestamp = min(stamps), max(stamps)
     if raw is None:
+        min_timestamp, max_timestamp = min(timestamps), max(timestamps)
         try:
             records = list(zip(timestamps, keys, values, headers, strict=True))
             raw = msgpack.packb(records, use_bin_type=True)
@@ -306,24 +312,22 @@ class _Leads(dict[tuple[int, int], bytes]):
         return lead
 
 
-def _join_unkeyed(timestamps: Sequence[int], values: Sequence[bytes]) -> bytes:
+def _join_unkeyed(leads: _Leads, timestamps: Sequence[int], values: Sequence[bytes]) -> bytes:
     # (columns of one length, checked by the caller: strict would cost a check per item)
-    leads = _Leads().__getitem__
-    lead_of = map(leads, zip(timestamps, map(len, values), strict=False))
+    lead_of = map(leads.__getitem__, zip(timestamps, map(len, values), strict=False))
     pieces = chain.from_iterable(zip(lead_of, values, strict=False))
     first = next(pieces)
     return b"".join(chain((_array_header(len(values)), memoryview(first)[1:]), pieces, (_NIL,)))
 
 
 def _join_keyed(
-    timestamps: Sequence[int], keys: Sequence[bytes | None], values: Sequence[bytes]
+    leads: _Leads, timestamps: Sequence[int], keys: Sequence[bytes | None], values: Sequence[bytes]
 ) -> bytes:
-    leads = _Leads().__getitem__
     marks = [-1 if k is None else -2 - len(k) for k in keys]
     vheads = _BinHeaders().__getitem__
     pieces = chain.from_iterable(
         zip(
-            map(leads, zip(timestamps, marks, strict=False)),
+            map(leads.__getitem__, zip(timestamps, marks, strict=False)),
             [b"" if k is None else k for k in keys],
             map(vheads, map(len, values)),
             values,

@@ -182,6 +182,7 @@ class SealedBlock:
             epoch=epoch,
             sequence=self.sequence,
             compression=compression,
+            checked=True,  # (produce() and produce_batch() took bytes and int only)
         )
         if content_crc:
             self.content_crc = crc32(raw)

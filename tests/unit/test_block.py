@@ -175,17 +175,19 @@ def _column_records(draw: st.DrawFn) -> list[tuple[object, ...]]:
     u64,
     u32,
     u64,
+    st.booleans(),
 )
 @settings(max_examples=300, deadline=None)
-def test_block_parts_equal_encode_block(records, codec, pid, epoch, seq):
+def test_block_parts_equal_encode_block(records, codec, pid, epoch, seq, checked):
     """Headerless records are joined without msgpack, the rest go through it: either
     way header + body are exactly encode_block's bytes, and raw is the payload."""
     from memq.formats.block import encode_block_parts
 
     ts, keys, values, hdrs = (list(c) for c in zip(*records, strict=True))
     head, body, raw = encode_block_parts(
-        ts, keys, values, hdrs, producer_id=pid, epoch=epoch, sequence=seq, compression=codec
-    )
+        ts, keys, values, hdrs, producer_id=pid, epoch=epoch, sequence=seq, compression=codec,
+        checked=checked,  # (the strategies make only bytes values and int timestamps)
+    )  # fmt: skip
     want = encode_block(records, producer_id=pid, epoch=epoch, sequence=seq, compression=codec)
     assert bytes(head) + bytes(body) == want
     assert decode_block(want)[1] == records
@@ -220,6 +222,8 @@ def test_block_parts_reject_what_encode_block_rejects():
     with pytest.raises(MalformedError, match="cannot be encoded"):
         parts([1], [None], [object()], [None])
     with pytest.raises(MalformedError, match="timestamp"):
-        parts([1 << 63], [None], [b"a"], [None])
+        parts([1 << 63], [None], [b"a"], [None])  # msgpack holds it, the header does not
+    with pytest.raises(MalformedError, match="cannot be encoded"):
+        parts([1 << 64], [None], [b"a"], [None])  # msgpack does not hold it
     with pytest.raises(MalformedError, match="timestamp"):  # a bool is not an int here
         parts([True], [None], [b"a"], [None])
