@@ -156,7 +156,7 @@ def run_memq(
                 if err is not None:
                     counter.errors += 1
                     return
-                counter.add(RECORD)
+                counter.add_one(RECORD)
                 lat.add(md.timestamp)
 
             def load_each(stop: threading.Event) -> None:
@@ -240,7 +240,7 @@ def run_kafka(state: Any, pool: list[bytes], quick: bool) -> dict[str, Any]:
         if err is not None:
             counter.errors += 1
             return
-        counter.add(RECORD)
+        counter.add_one(RECORD)
         lat.add(msg.timestamp()[1])
 
     def load(stop: threading.Event) -> None:

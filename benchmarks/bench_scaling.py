@@ -77,7 +77,7 @@ def _producer(
         if err is not None:
             counter.errors += 1
         else:
-            counter.add(RECORD)
+            counter.add_one(RECORD)
 
     stop = threading.Event()
 

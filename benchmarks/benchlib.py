@@ -283,6 +283,13 @@ class Counter:
             self.bytes += nbytes
             self.records += records
 
+    def add_one(self, nbytes: int) -> None:
+        """One record, from the only thread that adds (a client's delivery callbacks,
+        all on its I/O thread): no lock. A lock per record was ~9% of a producer's GIL
+        time in the benchmark, the benchmark measuring itself."""
+        self.bytes += nbytes
+        self.records += 1
+
     def snap(self) -> tuple[float, int, int]:
         return now(), self.bytes, self.records
 
