@@ -284,8 +284,9 @@ class Counter:
             self.records += records
 
     def add_one(self, nbytes: int) -> None:
-        """One record, from the only thread that adds (a client's delivery callbacks,
-        all on its I/O thread): no lock. A lock per record was ~9% of a producer's GIL
+        """One record, from the only thread that adds (a client's delivery callbacks:
+        MemQ's run on its I/O thread, confluent-kafka's inside ``poll()`` on the one
+        producing thread): no lock. A lock per record was ~9% of a producer's GIL
         time in the benchmark, the benchmark measuring itself."""
         self.bytes += nbytes
         self.records += 1

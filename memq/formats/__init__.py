@@ -23,6 +23,7 @@ from memq.formats.block import (
     decode_block_header,
     decode_records,
     encode_block,
+    encode_block_parts,
     verify_block,
 )
 from memq.formats.compression import Compression, parse_compression
@@ -70,6 +71,7 @@ __all__ = [
     "decode_records",
     "encode_batch",
     "encode_block",
+    "encode_block_parts",
     "encode_notification",
     "encode_request",
     "encode_response",

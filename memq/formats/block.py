@@ -193,7 +193,10 @@ def encode_block_parts(
     byte strings (each record's array header, timestamp, key and bin header, cached
     per distinct timestamp and length), in C-level loops. Others go through msgpack.
     ``checked``: the caller guarantees values are ``bytes``, keys ``bytes`` or None
-    and timestamps ``int`` (the producer does), so their types are not checked again.
+    and timestamps ``int`` (not ``bool``; the producer's ``produce()`` and
+    ``produce_batch()`` make sure), so their types are not checked again. A caller that
+    breaks this gets a corrupt block with a valid CRC (a ``memoryview`` value of wider
+    items gets a wrong length; ``True`` and ``1`` share one encoding): leave it False.
     """
     n = len(values)
     if not n:
