@@ -30,7 +30,7 @@ int (ms), ``key`` bin or nil, ``value`` bin, ``headers`` nil or an array of
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain
 from typing import Any
@@ -160,10 +160,7 @@ def _encode(
     if min_timestamp is None or max_timestamp is None:
         stamps = [r[0] for r in records]
         min_timestamp, max_timestamp = min(stamps), max(stamps)
-    try:
-        raw = msgpack.packb(records, use_bin_type=True)
-    except (TypeError, ValueError, OverflowError) as e:
-        raise MalformedError(f"records cannot be encoded: {e}") from None
+    raw = _pack(records)
     head, body = _frame(
         raw, len(records), producer_id, epoch, sequence, compression, min_timestamp, max_timestamp
     )
@@ -223,15 +220,20 @@ def encode_block_parts(
             min_timestamp, max_timestamp = min(stamps), max(stamps)
     if raw is None:
         min_timestamp, max_timestamp = min(timestamps), max(timestamps)
-        try:
-            records = list(zip(timestamps, keys, values, headers, strict=True))
-            raw = msgpack.packb(records, use_bin_type=True)
-        except (TypeError, ValueError, OverflowError) as e:
-            raise MalformedError(f"records cannot be encoded: {e}") from None
+        raw = _pack(list(zip(timestamps, keys, values, headers, strict=True)))
     head, body = _frame(
         raw, n, producer_id, epoch, sequence, compression, min_timestamp, max_timestamp
     )
     return head, body, raw
+
+
+def _pack(records: Sequence[Any]) -> bytes:
+    """The msgpack payload of ``records`` (tuples), by msgpack itself."""
+    try:
+        raw: bytes = msgpack.packb(records, use_bin_type=True)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise MalformedError(f"records cannot be encoded: {e}") from None
+    return raw
 
 
 def _frame(
@@ -309,7 +311,7 @@ class _Leads(dict[tuple[int, int], bytes]):
         lead = (
             b"\xc0\x94"
             + stamp
-            + (b"\xc0" + _bin_header(n) if n >= 0 else _NIL if n == -1 else _bin_header(-2 - n))
+            + (_NIL + _bin_header(n) if n >= 0 else _NIL if n == -1 else _bin_header(-2 - n))
         )
         self[k] = lead
         return lead
@@ -318,9 +320,7 @@ class _Leads(dict[tuple[int, int], bytes]):
 def _join_unkeyed(leads: _Leads, timestamps: Sequence[int], values: Sequence[bytes]) -> bytes:
     # (columns of one length, checked by the caller: strict would cost a check per item)
     lead_of = map(leads.__getitem__, zip(timestamps, map(len, values), strict=False))
-    pieces = chain.from_iterable(zip(lead_of, values, strict=False))
-    first = next(pieces)
-    return b"".join(chain((_array_header(len(values)), memoryview(first)[1:]), pieces, (_NIL,)))
+    return _array(chain.from_iterable(zip(lead_of, values, strict=False)), len(values))
 
 
 def _join_keyed(
@@ -337,8 +337,15 @@ def _join_keyed(
             strict=False,
         )
     )
+    return _array(pieces, len(values))
+
+
+def _array(pieces: Iterator[bytes], count: int) -> bytes:
+    """The msgpack array of ``count`` records from their pieces, joined once: the first
+    lead's nil (it closes the record before, and there is none) gives way to the array
+    header, and a nil closes the last record (its headers)."""
     first = next(pieces)
-    return b"".join(chain((_array_header(len(values)), memoryview(first)[1:]), pieces, (_NIL,)))
+    return b"".join(chain((_array_header(count), memoryview(first)[1:]), pieces, (_NIL,)))
 
 
 class _BinHeaders(dict[int, bytes]):
