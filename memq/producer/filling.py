@@ -283,8 +283,7 @@ class BlockFilling:
 
     def _reserve(self, size: int) -> None:
         """Take ``size`` bytes of buffer.memory (under the lock), waiting up to max.block.ms."""
-        cap = self.config.buffer_memory
-        if self._buffered + size <= cap or self._buffered == 0:
+        if self._fits(size):
             self._buffered += size
             return
         # Inside a delivery callback nothing frees buffer space while we wait: don't.
@@ -293,13 +292,14 @@ class BlockFilling:
         deadline = time.monotonic() + block_ms / 1000
         self._needs.append(size)
         try:
-            while self._buffered + size > cap and self._buffered > 0:
+            while not self._fits(size):
                 left = deadline - time.monotonic()
                 if left <= 0 or self._closed:
                     if self._closed:
                         raise ClientClosedError("producer is closed")
                     raise BufferFullError(
-                        f"producer buffer full ({self._buffered} of buffer.memory={cap} "
+                        f"producer buffer full ({self._buffered} of "
+                        f"buffer.memory={self.config.buffer_memory} "
                         f"bytes) for max.block.ms={block_ms}"
                         + (
                             " (produce() in a delivery callback never blocks)"
@@ -319,10 +319,13 @@ class BlockFilling:
         ``_reserve`` if one of them now fits. Not on every small give-back: at full
         load each woken producer would find too little room and wait again, and the
         wake-ups (a lock hand-off and a GIL switch each) were ~12% of the I/O thread."""
-        if self._needs and (
-            self._buffered == 0 or self._buffered + min(self._needs) <= self.config.buffer_memory
-        ):
+        if self._needs and self._fits(min(self._needs)):
             self._changed.notify_all()
+
+    def _fits(self, size: int) -> bool:
+        """Whether ``size`` more bytes fit in buffer.memory now (under the lock); anything
+        fits when nothing is buffered, so one record larger than buffer.memory still goes."""
+        return self._buffered + size <= self.config.buffer_memory or self._buffered == 0
 
     def _seal(self, acc: OpenBlock) -> None:
         """Seal an open block (from any thread) and hand it to the sender."""
