@@ -94,6 +94,14 @@ class KafkaHost(Protocol):
 
     def next_producer_id(self) -> int: ...
 
+    def opened(self, conn: Any) -> bool:
+        """Admit a new connection (False: refused)."""
+        ...
+
+    def closed(self, conn: Any) -> None:
+        """A connection is done: forget it and its flows."""
+        ...
+
     def partitions(self, topic: str) -> int: ...
 
     def base_offset(self, topic: str, partition: int, bid: tuple[int, int, int], n: int) -> int:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import struct
 import time
 from dataclasses import dataclass
-from io import BytesIO
 from typing import Any
 
 import google_crc32c
@@ -65,6 +64,7 @@ from memq.broker.kafka_structs import (
 )
 from memq.errors import (
     ChecksumError,
+    FrameTooLargeError,
     MalformedError,
     MemqError,
     StatusCode,
@@ -73,6 +73,7 @@ from memq.errors import (
 from memq.formats.block import Record
 from memq.formats.compression import Compression
 from memq.formats.crc import crc32
+from memq.formats.frames import PrefixedReceiver
 
 __all__ = [
     "ADVERTISED_ONLY",
@@ -80,6 +81,7 @@ __all__ = [
     "SUPPORTED",
     "DecodedRecords",
     "KafkaError",
+    "KafkaFrameReceiver",
     "KafkaRequest",
     "UnsupportedApi",
     "api_versions_response",
@@ -209,7 +211,7 @@ class UnsupportedApi(UnsupportedVersionError):  # noqa: N818 (an error; the name
         self.api_key, self.api_version, self.correlation_id = api_key, api_version, correlation_id
 
 
-def read_header(frame: bytes) -> tuple[int, int, int]:
+def read_header(frame: bytes | bytearray | memoryview) -> tuple[int, int, int]:
     """(api key, api version, correlation id) of a request frame (without its length)."""
     if len(frame) < _HEADER.size:
         raise MalformedError(f"a {len(frame)}-byte Kafka request has no complete header")
@@ -217,15 +219,55 @@ def read_header(frame: bytes) -> tuple[int, int, int]:
     return key, version, cid
 
 
-def decode_request(frame: bytes, supported: dict[int, tuple[int, int]]) -> KafkaRequest:
+class _Reader:
+    """What aiokafka's decoders read from (``read(n)``) over a frame held in a buffer:
+    a field comes out as bytes copied from the buffer (``BytesIO`` would first copy
+    the whole buffer when it is not a ``bytes``)."""
+
+    __slots__ = ("_pos", "_view")
+
+    def __init__(self, data: bytes | bytearray | memoryview, pos: int = 0) -> None:
+        self._view = memoryview(data)
+        self._pos = pos
+
+    def read(self, n: int = -1) -> bytes:
+        start, size = self._pos, len(self._view)
+        end = size if n < 0 else min(start + n, size)
+        self._pos = end
+        return bytes(self._view[start:end])
+
+
+class KafkaFrameReceiver(PrefixedReceiver[memoryview]):
+    """Splits a Kafka connection's byte stream into request frames (4-byte length,
+    then the request) for ``asyncio.BufferedProtocol``; each frame comes out as a view
+    of the request without its length (a large one received straight into a buffer of
+    its own). A length outside 8..``max_bytes`` raises FrameTooLargeError: nothing is
+    allocated from it, and the stream cannot be resynchronised."""
+
+    __slots__ = ("max_bytes",)
+
+    def __init__(self, max_bytes: int) -> None:
+        super().__init__()
+        self.max_bytes = max_bytes
+
+    def _check_length(self, length: int) -> None:
+        if not 8 <= length <= self.max_bytes:
+            raise FrameTooLargeError(f"a request of {length} bytes (allowed 8..{self.max_bytes})")
+
+    def _frame(self, view: memoryview, owner: bytes | bytearray) -> memoryview:
+        return view[4:]
+
+
+def decode_request(
+    frame: bytes | bytearray | memoryview, supported: dict[int, tuple[int, int]]
+) -> KafkaRequest:
     """Decode one request frame (the bytes after the 4-byte length)."""
     key, version, cid = read_header(frame)
     lo_hi = supported.get(key)
     cls = _REQUESTS.get((key, version))
     if lo_hi is None or not lo_hi[0] <= version <= lo_hi[1] or cls is None:
         raise UnsupportedApi(key, version, cid)
-    buf = BytesIO(frame)
-    buf.seek(_HEADER.size)
+    buf: Any = _Reader(frame, _HEADER.size)  # (aiokafka's decoders only call read(n))
     try:
         client_id = String("utf-8").decode(buf)
         body = cls.decode(buf)

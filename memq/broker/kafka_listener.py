@@ -129,9 +129,9 @@ class KafkaListener:
 
     async def start(self, host: str) -> int:
         ssl = self.server.ssl_context if self.config.tls else None
-        self._server = await asyncio.start_server(
-            self._accept, host, self.config.port, reuse_address=True, ssl=ssl,
-            ssl_handshake_timeout=10.0 if ssl else None, limit=1 << 16,
+        self._server = await asyncio.get_running_loop().create_server(
+            lambda: KafkaConnection(self), host, self.config.port, reuse_address=True,
+            ssl=ssl, ssl_handshake_timeout=10.0 if ssl else None,
         )  # fmt: skip
         self.port = self._server.sockets[0].getsockname()[1]
         return self.port
@@ -144,20 +144,19 @@ class KafkaListener:
         for conn in list(self.connections):
             conn.close()
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def opened(self, conn: KafkaConnection) -> bool:
+        """Admit a new connection (False: refused, over max_connections)."""
         limit = self.server.config.max_connections
         if len(self.connections) >= limit:
             log.warning("kafka listener: refusing a connection, max_connections (%d)", limit)
             self.server.metrics.errors.labels("connection_limit").inc()
-            writer.transport.abort()
-            return
-        conn = KafkaConnection(self, reader, writer)
+            return False
         self.connections.add(conn)
-        try:
-            await conn.run()
-        finally:
-            self.connections.discard(conn)
-            self.forget_flows(id(conn))
+        return True
+
+    def closed(self, conn: KafkaConnection) -> None:
+        self.connections.discard(conn)
+        self.forget_flows(id(conn))
 
     # --- shared state -------------------------------------------------------------------
 

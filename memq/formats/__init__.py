@@ -30,6 +30,7 @@ from memq.formats.compression import Compression, parse_compression
 from memq.formats.frames import (
     FrameDecoder,
     FrameReceiver,
+    PrefixedReceiver,
     RawFrame,
     Request,
     RequestType,
@@ -55,6 +56,7 @@ __all__ = [
     "IndexEntry",
     "Notification",
     "ObjectKey",
+    "PrefixedReceiver",
     "RawFrame",
     "Record",
     "Request",

@@ -30,6 +30,7 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import Generic, TypeVar
 
 from memq.errors import (
     ChecksumError,
@@ -41,6 +42,8 @@ from memq.errors import (
 )
 from memq.formats.crc import crc32
 
+F = TypeVar("F")
+
 __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",
     "FLAG_RESPONSE",
@@ -48,6 +51,7 @@ __all__ = [
     "PROTOCOL_VERSION",
     "FrameDecoder",
     "FrameReceiver",
+    "PrefixedReceiver",
     "RawFrame",
     "Request",
     "RequestType",
@@ -228,13 +232,7 @@ class FrameDecoder:
         if len(self._buf) - self._pos < 4:
             return None
         length = int.from_bytes(self._buf[self._pos : self._pos + 4], "big")
-        if length > self.max_frame_size:
-            raise FrameTooLargeError(
-                f"frame of {length} bytes exceeds the maximum of {self.max_frame_size}: "
-                "send smaller blocks (producer batch.size) or raise the max frame size"
-            )
-        if length < _MIN_LENGTH:
-            raise MalformedError(f"frame length {length} is below the {_MIN_LENGTH}-byte minimum")
+        _check_frame_length(length, self.max_frame_size)
         return length
 
     def frames(self) -> Iterator[RawFrame]:
@@ -254,33 +252,39 @@ class FrameDecoder:
             yield RawFrame(version, flags, type_, rid, payload, ok)
 
 
-class FrameReceiver:
-    """Frame splitter for ``asyncio.BufferedProtocol``: the kernel writes into our buffers.
+class PrefixedReceiver(Generic[F]):
+    """Splitter of a stream of length-prefixed frames (4-byte big-endian length, then
+    that many bytes) for ``asyncio.BufferedProtocol``: the kernel writes into our buffers.
 
     Small frames are received into a reusable staging buffer and copied out; a frame
     whose length prefix announces more than ``big_frame`` bytes gets its own buffer of
-    exactly that size and the rest of it is received straight into it, so a large WRITE
-    costs no user-space copy until its block is appended to a batch. Length checks are
-    those of :class:`FrameDecoder` (nothing is allocated from an unchecked length).
+    exactly that size and the rest of it is received straight into it, so a large frame
+    costs no user-space copy on the way in. Each length is checked by
+    :meth:`_check_length` before anything is allocated from it; each complete frame
+    (prefix included) is handed to :meth:`_frame`, which makes what ``received``
+    returns.
 
     Use: ``get_buffer()`` -> receive into it -> ``received(n)`` -> complete frames.
     """
 
-    __slots__ = ("_big", "_big_at", "_buf", "_end", "_start", "big_frame", "max_frame_size")
+    __slots__ = ("_big", "_big_at", "_buf", "_end", "_start", "big_frame")
 
-    def __init__(
-        self,
-        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
-        staging: int = 256 * 1024,
-        big_frame: int = 64 * 1024,
-    ) -> None:
-        self.max_frame_size = max_frame_size
+    def __init__(self, staging: int = 256 * 1024, big_frame: int = 64 * 1024) -> None:
         self.big_frame = big_frame
         self._buf = bytearray(staging)
         self._start = 0
         self._end = 0
         self._big: bytearray | None = None
         self._big_at = 0
+
+    def _check_length(self, length: int) -> None:
+        """Raise (a MemqFormatError) for a length prefix the protocol does not allow."""
+        raise NotImplementedError
+
+    def _frame(self, view: memoryview, owner: bytes | bytearray) -> F:
+        """What ``received`` returns for one complete frame: ``view`` (of ``owner``)
+        holds its bytes from the length prefix on."""
+        raise NotImplementedError
 
     @property
     def buffered(self) -> int:
@@ -297,34 +301,26 @@ class FrameReceiver:
             self._start, self._end = 0, n
         return memoryview(self._buf)[self._end :]
 
-    def received(self, nbytes: int) -> list[RawFrame]:
+    def received(self, nbytes: int) -> list[F]:
         """Account ``nbytes`` written into the last buffer; return the frames completed."""
-        out: list[RawFrame] = []
+        out: list[F] = []
         if self._big is not None:
             self._big_at += nbytes
             if self._big_at < len(self._big):
                 return out
-            out.append(_raw_from(memoryview(self._big), self._big))
+            out.append(self._frame(memoryview(self._big), self._big))
             self._big = None
             return out
         self._end += nbytes
         buf = self._buf
         while self._end - self._start >= 4:
             length = int.from_bytes(buf[self._start : self._start + 4], "big")
-            if length > self.max_frame_size:
-                raise FrameTooLargeError(
-                    f"frame of {length} bytes exceeds the maximum of {self.max_frame_size}: "
-                    "send smaller blocks (producer batch.size) or raise the max frame size"
-                )
-            if length < _MIN_LENGTH:
-                raise MalformedError(
-                    f"frame length {length} is below the {_MIN_LENGTH}-byte minimum"
-                )
+            self._check_length(length)
             total = 4 + length
             have = self._end - self._start
             if have >= total:
                 frame = bytes(memoryview(buf)[self._start : self._start + total])
-                out.append(_raw_from(memoryview(frame), frame))
+                out.append(self._frame(memoryview(frame), frame))
                 self._start += total
                 continue
             if total > self.big_frame or total > len(buf):
@@ -337,6 +333,38 @@ class FrameReceiver:
         if self._start == self._end:
             self._start = self._end = 0
         return out
+
+
+class FrameReceiver(PrefixedReceiver[RawFrame]):
+    """:class:`PrefixedReceiver` of broker-protocol frames (lengths checked as by
+    :class:`FrameDecoder`); each frame's payload is a view of its buffer (no copy)."""
+
+    __slots__ = ("max_frame_size",)
+
+    def __init__(
+        self,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        staging: int = 256 * 1024,
+        big_frame: int = 64 * 1024,
+    ) -> None:
+        super().__init__(staging, big_frame)
+        self.max_frame_size = max_frame_size
+
+    def _check_length(self, length: int) -> None:
+        _check_frame_length(length, self.max_frame_size)
+
+    def _frame(self, view: memoryview, owner: bytes | bytearray) -> RawFrame:
+        return _raw_from(view, owner)
+
+
+def _check_frame_length(length: int, max_frame_size: int) -> None:
+    if length > max_frame_size:
+        raise FrameTooLargeError(
+            f"frame of {length} bytes exceeds the maximum of {max_frame_size}: "
+            "send smaller blocks (producer batch.size) or raise the max frame size"
+        )
+    if length < _MIN_LENGTH:
+        raise MalformedError(f"frame length {length} is below the {_MIN_LENGTH}-byte minimum")
 
 
 def _raw_from(view: memoryview, owner: bytes | bytearray) -> RawFrame:

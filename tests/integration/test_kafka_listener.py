@@ -25,6 +25,7 @@ from aiokafka.protocol.produce import ProduceRequest_v7
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from memq import Consumer
+from memq.broker.kafka_connection import INLINE_TRANSCODE_BYTES
 from memq.devstack import StackState
 from memq.run.broker import BrokerThread
 from memq.security import make_token
@@ -232,6 +233,26 @@ def test_a_retried_idempotent_batch_is_answered_as_a_duplicate(
     (o,) = objs
     ((h, _),) = o.blocks
     assert (h.producer_id, h.epoch, h.sequence) == (4242, 0, (1 << 32) | 0)
+
+
+def test_a_request_larger_than_the_receive_buffers_is_stored_byte_exact(
+    broker: BrokerThread, topic: str, memq_stack: StackState, s3_bucket: str
+) -> None:
+    # 1.5 MiB for partition 0 (received into a buffer of its own, transcoded off the
+    # event loop: over INLINE_TRANSCODE_BYTES), a few bytes for partition 2 (inline)
+    big = [os.urandom(1024) for _ in range(1500)]
+    small = [b"small-a", b"small-b"]
+    halves = raw_batch(-1, -1, -1, big[:750]) + raw_batch(-1, -1, -1, big[750:])  # (<= 1 MiB)
+    sets = [(0, halves), (2, raw_batch(-1, -1, -1, small))]
+    assert len(sets[0][1]) > INLINE_TRANSCODE_BYTES
+    req = ProduceRequest_v7(None, -1, 30_000, [(topic, sets)])
+    (resp,) = exchange(kafka_address(broker), [request_frame(req, 9)], 1)
+    decoded = req.RESPONSE_TYPE.decode(resp[4:])
+    ((_, parts),) = decoded.topics
+    assert [(p, code) for p, code, *_ in parts] == [(0, 0), (2, 0)]
+    objs = read_objects(memq_stack.s3_client(), s3_bucket, topic=topic)
+    stored = sorted(r[2] for o in objs for r in o.records)
+    assert stored == sorted(big + small)
 
 
 def test_librdkafka_retries_after_cut_connections_store_every_record_once(

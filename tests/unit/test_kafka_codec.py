@@ -19,6 +19,7 @@ from memq.broker.kafka_codec import (
     PRODUCE,
     SUPPORTED,
     KafkaError,
+    KafkaFrameReceiver,
     UnsupportedApi,
     build_response,
     decode_records,
@@ -34,6 +35,7 @@ from memq.broker.kafka_structs import MetadataRequest_v8
 from memq.errors import (
     AuthenticationError,
     ChecksumError,
+    FrameTooLargeError,
     MalformedError,
     MemqFormatError,
     NotificationError,
@@ -68,6 +70,49 @@ def test_requests_built_by_aiokafka_decode() -> None:
     data = batch()
     prod = decode_request(frame(ProduceRequest_v8(None, -1, 5000, [("t", [(2, data)])])), SUPPORTED)
     assert prod.body.required_acks == -1 and prod.body.topics == [("t", [(2, data)])]
+
+
+def _receive(rx: KafkaFrameReceiver, stream: bytes, step: int) -> list[bytes]:
+    """Feed ``stream`` in pieces of at most ``step`` bytes, as the event loop does
+    (into whatever buffer the receiver offers); the requests received."""
+    out: list[bytes] = []
+    while stream:
+        buf = rx.get_buffer()
+        n = min(len(buf), step, len(stream))
+        buf[:n] = stream[:n]
+        stream = stream[n:]
+        out.extend(bytes(f) for f in rx.received(n))
+    return out
+
+
+@pytest.mark.parametrize("step", [1, 7, 4096, 1 << 20])
+def test_the_frame_receiver_splits_requests_under_any_chunking(step: int) -> None:
+    big = frame(ProduceRequest_v8(None, -1, 5000, [("t", [(0, batch(n=300, value=b"v" * 900))])]))
+    reqs = [frame(ApiVersionRequest_v2(), 1), big, frame(ApiVersionRequest_v2(), 3), big]
+    stream = b"".join(struct.pack(">i", len(r)) + r for r in reqs)
+    rx = KafkaFrameReceiver(1 << 20)
+    assert _receive(rx, stream, step) == reqs and rx.buffered == 0
+    # a request received into a buffer of its own decodes from it (no copy before)
+    rx = KafkaFrameReceiver(1 << 20)
+    buf = rx.get_buffer()
+    buf[:4096] = stream[len(reqs[0]) + 4 :][:4096]
+    assert rx.received(4096) == []
+    rest = big[4096 - 4 :]
+    buf = rx.get_buffer()
+    assert len(buf) == len(rest)  # exactly the rest of the request
+    buf[:] = rest
+    (view,) = rx.received(len(rest))
+    assert isinstance(view, memoryview) and view.obj is not None and bytes(view) == big
+    prod = decode_request(view, SUPPORTED)
+    assert prod.body.topics[0][1][0][1] == batch(n=300, value=b"v" * 900)
+
+
+@pytest.mark.parametrize("length", [-1, 0, 7, (1 << 20) + 1])
+def test_the_frame_receiver_refuses_a_length_outside_8_to_max(length: int) -> None:
+    rx = KafkaFrameReceiver(1 << 20)
+    rx.get_buffer()[:4] = struct.pack(">i", length)
+    with pytest.raises(FrameTooLargeError, match="allowed 8"):
+        rx.received(4)
 
 
 @pytest.mark.parametrize(
