@@ -158,18 +158,18 @@ class BrokerConnection(asyncio.BufferedProtocol):
         return self.receiver.get_buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
-        try:
-            frames = self.receiver.received(nbytes)
-        except MemqFormatError as e:  # bad length prefix: the stream is lost
-            self._broken = e
-            if self.transport is not None:
-                self.transport.pause_reading()
-            self._wake.set()
-            return
+        frames = self.receiver.received(nbytes)
         if frames:
             self._frames.extend(frames)
             self._queued_bytes += sum(len(f.payload) for f in frames)
             self._wake.set()
+        if self.receiver.broken is not None:  # bad length prefix: the stream is lost
+            # (the frames before it are still handled, then the connection is closed)
+            self._broken = self.receiver.broken
+            if self.transport is not None:
+                self.transport.pause_reading()
+            self._wake.set()
+            return
         if not self._paused and self._queued_bytes > self.read_limit and self.transport:
             self.transport.pause_reading()
             self._paused = True

@@ -241,13 +241,13 @@ class KafkaFrameReceiver(PrefixedReceiver[memoryview]):
     """Splits a Kafka connection's byte stream into request frames (4-byte length,
     then the request) for ``asyncio.BufferedProtocol``; each frame comes out as a view
     of the request without its length (a large one received straight into a buffer of
-    its own). A length outside 8..``max_bytes`` raises FrameTooLargeError: nothing is
-    allocated from it, and the stream cannot be resynchronised."""
+    its own). A length outside 8..``max_bytes`` sets ``broken`` to a FrameTooLargeError:
+    nothing is allocated from it, and the stream cannot be resynchronised."""
 
     __slots__ = ("max_bytes",)
 
     def __init__(self, max_bytes: int) -> None:
-        super().__init__()
+        super().__init__(staging=64 * 1024)  # (per connection, idle ones too)
         self.max_bytes = max_bytes
 
     def _check_length(self, length: int) -> None:

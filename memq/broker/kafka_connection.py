@@ -5,7 +5,6 @@ responses written strictly in request order, Produce, InitProducerId and SASL/PL
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import itertools
 import logging
@@ -26,7 +25,6 @@ from memq.broker.kafka_codec import (
     SASL_AUTHENTICATE,
     SASL_HANDSHAKE,
     KafkaError,
-    KafkaFrameReceiver,
     KafkaRequest,
     UnsupportedApi,
     api_versions_response,
@@ -37,21 +35,21 @@ from memq.broker.kafka_codec import (
     kafka_error,
     unsupported_response,
 )
+from memq.broker.kafka_stream import KafkaStream
 from memq.errors import AuthenticationError, MemqError, MessageTooLargeError
 from memq.formats.block import encode_block, verify_block
 from memq.security import peer_principal, verify_token
 
-__all__ = ["MAX_IN_FLIGHT", "READ_LIMIT", "KafkaConnection"]
+__all__ = ["MAX_IN_FLIGHT", "KafkaConnection"]
 
 log = logging.getLogger(__name__)
 
 #: Responses a connection may owe before it stops reading requests.
 MAX_IN_FLIGHT = 32
-#: Bytes of received, unhandled requests at which a connection stops reading.
-READ_LIMIT = 4 << 20
-#: Record sets up to this size are turned into a block on the event loop (~0.6 ms per
-#: MiB, it holds the GIL either way: a thread hop cost more than it saved); larger ones
-#: in a worker thread, so the loop keeps serving other connections meanwhile.
+#: Uncompressed record sets up to this size are turned into a block on the event loop
+#: (~0.6 ms per MiB, it holds the GIL either way: a thread hop cost more than it saved);
+#: larger or compressed ones (whose size says little about the work) in a worker thread,
+#: so the loop keeps serving other connections meanwhile.
 INLINE_TRANSCODE_BYTES = 1 << 20
 #: Requests an idempotent producer may have in flight per connection (Kafka's limit for
 #: ``enable.idempotence``, librdkafka's and the Java client's): with that many waiting
@@ -77,6 +75,11 @@ def _produce_doc(topics: list[tuple[str, list[tuple[int, PartitionResult]]]]) ->
     }  # fmt: skip
 
 
+def _compressed(data: bytes) -> bool:
+    """Whether a record set's first batch is compressed (attributes, bytes 21-22)."""
+    return len(data) < 23 or bool(data[22] & 0x07)
+
+
 def _to_block(data: bytes, fallback: tuple[int, int], partition: int) -> tuple[bytes, int, Any]:
     """(block, record count, (block id, transactional, idempotent)) of one partition's
     record set."""
@@ -96,31 +99,16 @@ def _to_block(data: bytes, fallback: tuple[int, int], partition: int) -> tuple[b
     return block, len(recs.records), (bid, recs.transactional, recs.producer_id >= 0)
 
 
-class KafkaConnection(asyncio.BufferedProtocol):
-    """One client connection: requests handled in order, responses written in order.
-
-    Requests are received straight into their buffers (``asyncio.BufferedProtocol``: a
-    large Produce costs no user-space copy on the way in) and handled one by one by
-    :meth:`run`; the connection stops reading while ``READ_LIMIT`` bytes of received
-    requests wait."""
+class KafkaConnection(KafkaStream):
+    """One client connection: requests handled in order, responses written in order
+    (received by :class:`KafkaStream`, handled one by one by :meth:`run`)."""
 
     def __init__(self, listener: KafkaHost) -> None:
+        super().__init__(listener.server.config.max_frame_bytes)
         self.listener = listener
         self.server = listener.server
-        self.receiver = KafkaFrameReceiver(self.server.config.max_frame_bytes)
-        self.transport: asyncio.Transport | None = None
-        self.peer = "?"
-        self._frames: deque[memoryview] = deque()
-        self._queued = 0  # bytes in _frames
-        self._broken: MemqError | None = None  # a bad length prefix: the stream is lost
-        self._eof = False
-        self._reading_paused = False
-        self._wake = asyncio.Event()
-        self._drained: asyncio.Future[None] | None = None
-        self._writing_paused = False
         self._pending: deque[asyncio.Future[bytes | None]] = deque()
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._closed = False
         # Records of non-idempotent producers: one MemQ producer id per connection.
         self._pid = random.getrandbits(63)
         self._seq = itertools.count()
@@ -135,8 +123,6 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._raw_sasl = False
         self._run_task: asyncio.Task[None] | None = None
 
-    # --- asyncio.Protocol ---------------------------------------------------------------
-
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
@@ -150,65 +136,6 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self.principal = peer_principal(transport.get_extra_info("ssl_object"))
         self._run_task = asyncio.get_running_loop().create_task(self.run())
 
-    def get_buffer(self, sizehint: int) -> memoryview:
-        return self.receiver.get_buffer()
-
-    def buffer_updated(self, nbytes: int) -> None:
-        try:
-            frames = self.receiver.received(nbytes)
-        except MemqError as e:
-            self._broken = e
-            self._pause_reading()
-            self._wake.set()
-            return
-        if frames:
-            self._frames.extend(frames)
-            self._queued += sum(map(len, frames))
-            self._wake.set()
-            if self._queued > READ_LIMIT:
-                self._pause_reading()
-
-    def eof_received(self) -> bool:
-        # Requests already received are still answered: keep the sending half open
-        # (a TLS transport cannot half-close: it closes, answers are lost as before).
-        self._eof = True
-        self._wake.set()
-        return self.transport is not None and self.transport.get_extra_info("sslcontext") is None
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._eof = True
-        self._wake.set()
-        self._writing_paused = False
-        if self._drained is not None and not self._drained.done():
-            self._drained.set_result(None)
-
-    def pause_writing(self) -> None:
-        self._writing_paused = True
-
-    def resume_writing(self) -> None:
-        self._writing_paused = False
-        if self._drained is not None and not self._drained.done():
-            self._drained.set_result(None)
-
-    def _pause_reading(self) -> None:
-        if not self._reading_paused and self.transport is not None:
-            self._reading_paused = True
-            self.transport.pause_reading()
-
-    def _resume_reading(self) -> None:
-        if self._reading_paused and self.transport is not None:
-            self._reading_paused = False
-            if not self.transport.is_closing():
-                self.transport.resume_reading()
-
-    async def _drain(self) -> None:
-        if self._writing_paused:
-            self._drained = asyncio.get_running_loop().create_future()
-            await self._drained
-
-    def _closing(self) -> bool:
-        return self.transport is None or self.transport.is_closing()
-
     # --- the loop -----------------------------------------------------------------------
 
     async def run(self) -> None:
@@ -216,7 +143,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         assert self.transport is not None
         try:
             while not self._closed:
-                frame = await self._read_frame(cfg.idle_timeout_s)
+                frame = await self.read_frame(cfg.idle_timeout_s)
                 if frame is None:
                     break
                 await self._handle(frame)
@@ -232,41 +159,16 @@ class KafkaConnection(asyncio.BufferedProtocol):
         except Exception:
             log.exception("kafka connection %s failed; closing it", self.peer)
         finally:
-            self._flush()
-            self.close()
-            self.listener.closed(self)
-
-    async def _read_frame(self, idle: float) -> memoryview | None:
-        """The next request (None: stop), within ``idle`` seconds."""
-        deadline = time.monotonic() + idle
-        while not self._frames:
-            if self._closed:
-                return None
-            if self._broken is not None:
-                self._drop(str(self._broken), "too_large")
-                return None
-            if self._eof:
-                if self.receiver.buffered:
-                    self._drop(f"a truncated request ({self.receiver.buffered} bytes)", "corrupt")
-                return None  # (else a clean close between requests)
-            self._resume_reading()
-            left = deadline - time.monotonic()
-            if left <= 0:
-                self._drop(f"no complete request for {idle:.0f} s", "idle_timeout")
-                return None
-            self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), left)
-        frame = self._frames.popleft()
-        self._queued -= len(frame)
-        if self._queued <= READ_LIMIT // 2:
-            self._resume_reading()
-        return frame
+            try:
+                self._flush()
+                self.close()
+            finally:
+                self.listener.closed(self)
 
     def _drop(self, what: str, kind: str) -> None:
+        super()._drop(what, kind)
         log.warning("kafka listener: closing %s: %s", self.peer, what)
         self.server.metrics.errors.labels(kind).inc()
-        self._closed = True
 
     def close(self) -> None:
         self._closed = True
@@ -528,7 +430,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             if not data:
                 return _done(KafkaError.INVALID_RECORD, "no records")
             fallback = (self._pid, next(self._seq))
-            if len(data) <= INLINE_TRANSCODE_BYTES:
+            if len(data) <= INLINE_TRANSCODE_BYTES and not _compressed(data):
                 made = _to_block(data, fallback, partition)
             else:
                 work = functools.partial(_to_block, data, fallback, partition)

@@ -83,7 +83,8 @@ class BrokerConfig(FrozenModel):
     memory_limit_bytes: int = Field(default=1024 * MiB, ge=MiB)
     #: Client connections accepted at once; more are refused.
     max_connections: int = Field(default=1024, ge=1)
-    #: Connections with no complete request for this long are closed.
+    #: Connections with no complete request for this long are closed (on the Kafka
+    #: port: no byte of the next request for this long).
     idle_timeout_s: float = Field(default=300.0, gt=0)
     #: How long a write may wait for a free batch buffer before THROTTLED.
     throttle_timeout_ms: int = Field(default=5000, ge=0)

@@ -36,6 +36,7 @@ from memq.errors import (
     ChecksumError,
     FrameTooLargeError,
     MalformedError,
+    MemqFormatError,
     StatusCode,
     TruncatedError,
     UnsupportedVersionError,
@@ -264,13 +265,17 @@ class PrefixedReceiver(Generic[F]):
     (prefix included) is handed to :meth:`_frame`, which makes what ``received``
     returns.
 
-    Use: ``get_buffer()`` -> receive into it -> ``received(n)`` -> complete frames.
+    Use: ``get_buffer()`` -> receive into it -> ``received(n)`` -> complete frames; then
+    check ``broken``: set (to the MemqFormatError) once a length prefix is refused. The
+    frames before it are still returned; nothing after it is, ever (the stream cannot be
+    resynchronised).
     """
 
-    __slots__ = ("_big", "_big_at", "_buf", "_end", "_start", "big_frame")
+    __slots__ = ("_big", "_big_at", "_buf", "_end", "_start", "big_frame", "broken")
 
     def __init__(self, staging: int = 256 * 1024, big_frame: int = 64 * 1024) -> None:
         self.big_frame = big_frame
+        self.broken: MemqFormatError | None = None
         self._buf = bytearray(staging)
         self._start = 0
         self._end = 0
@@ -278,7 +283,7 @@ class PrefixedReceiver(Generic[F]):
         self._big_at = 0
 
     def _check_length(self, length: int) -> None:
-        """Raise (a MemqFormatError) for a length prefix the protocol does not allow."""
+        """Raise a MemqFormatError for a length prefix the protocol does not allow."""
         raise NotImplementedError
 
     def _frame(self, view: memoryview, owner: bytes | bytearray) -> F:
@@ -294,6 +299,8 @@ class PrefixedReceiver(Generic[F]):
     def get_buffer(self) -> memoryview:
         if self._big is not None:
             return memoryview(self._big)[self._big_at :]
+        if self.broken is not None:  # (bytes after a refused prefix are never parsed)
+            self._start = self._end = 0
         if len(self._buf) - self._end < 4096:
             # Compact: move the partial frame to the front of the staging buffer.
             n = self._end - self._start
@@ -302,7 +309,8 @@ class PrefixedReceiver(Generic[F]):
         return memoryview(self._buf)[self._end :]
 
     def received(self, nbytes: int) -> list[F]:
-        """Account ``nbytes`` written into the last buffer; return the frames completed."""
+        """Account ``nbytes`` written into the last buffer; return the frames completed
+        (up to a refused length prefix, if any: see ``broken``)."""
         out: list[F] = []
         if self._big is not None:
             self._big_at += nbytes
@@ -313,9 +321,13 @@ class PrefixedReceiver(Generic[F]):
             return out
         self._end += nbytes
         buf = self._buf
-        while self._end - self._start >= 4:
+        while self.broken is None and self._end - self._start >= 4:
             length = int.from_bytes(buf[self._start : self._start + 4], "big")
-            self._check_length(length)
+            try:
+                self._check_length(length)
+            except MemqFormatError as e:
+                self.broken = e
+                break
             total = 4 + length
             have = self._end - self._start
             if have >= total:

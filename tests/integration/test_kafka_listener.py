@@ -338,6 +338,40 @@ def test_garbage_gets_a_clean_close_and_the_broker_keeps_serving(
     assert all(err is None for err, _ in reports)
 
 
+def test_requests_before_a_bad_length_are_answered_then_the_connection_closes(
+    broker: BrokerThread,
+) -> None:
+    from aiokafka.protocol.admin import ApiVersionRequest_v2
+
+    frames = [request_frame(ApiVersionRequest_v2(), cid) for cid in (1, 2)]
+    host, port = kafka_address(broker).split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(b"".join(frames) + b"\x7f\xff\xff\xff" + b"x" * 100)  # one send
+        answered = []
+        while head := s.recv(4, socket.MSG_WAITALL):
+            (n,) = struct.unpack(">i", head)
+            answered.append(struct.unpack_from(">i", recv_exactly(s, n))[0])
+    assert answered == [1, 2]
+
+
+def test_a_request_arriving_slowly_is_not_cut_by_the_idle_timeout(
+    memq_stack: StackState, s3_bucket: str, topic: str
+) -> None:
+    from aiokafka.protocol.admin import ApiVersionRequest_v2
+
+    req = request_frame(ApiVersionRequest_v2(), 6)
+    with kafka_broker(memq_stack, s3_bucket, [topic], idle_timeout_s=2.0) as b:
+        host, port = kafka_address(b).split(":")
+        with socket.create_connection((host, int(port)), timeout=30) as s:
+            pieces = [req[i : i + 1] for i in range(len(req))]
+            assert len(pieces) * 0.3 > 2 * 2.0  # the request takes twice idle_timeout_s
+            for piece in pieces:  # a slow client (the pauses are the input, not a wait)
+                s.sendall(piece)
+                time.sleep(0.3)
+            (n,) = struct.unpack(">i", recv_exactly(s, 4))
+            assert struct.unpack_from(">i", recv_exactly(s, n))[0] == 6
+
+
 def test_api_versions_of_an_unsupported_version_lists_the_supported_ranges(
     broker: BrokerThread,
 ) -> None:

@@ -187,12 +187,13 @@ def test_receiver_puts_big_frames_in_their_own_buffer():
     assert not raw.crc_ok
 
 
-def test_receiver_rejects_bad_lengths():
-    rx = FrameReceiver(max_frame_size=1024)
-    rx.get_buffer()[:4] = (2000).to_bytes(4, "big")
-    with pytest.raises(FrameTooLargeError):
-        rx.received(4)
-    rx = FrameReceiver()
-    rx.get_buffer()[:4] = (3).to_bytes(4, "big")
-    with pytest.raises(MalformedError):
-        rx.received(4)
+def test_receiver_rejects_bad_lengths_after_the_frames_before_them():
+    good = [encode_request(RequestType.WRITE, rid, b"body-%d" % rid) for rid in (1, 2)]
+    for prefix, error in (((2000).to_bytes(4, "big"), FrameTooLargeError),
+                          ((3).to_bytes(4, "big"), MalformedError)):  # fmt: skip
+        rx = FrameReceiver(max_frame_size=1024)
+        stream = b"".join(good) + prefix + b"x" * 64
+        got = _receive_all(rx, stream, [])
+        assert [r.request_id for r in got] == [1, 2]  # (in the same read as the bad prefix)
+        assert isinstance(rx.broken, error)
+        assert rx.received(0) == [] and len(rx.get_buffer()) > 0  # never parsed again
