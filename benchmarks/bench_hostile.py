@@ -200,8 +200,11 @@ def _sample_connections(http: str, stop: threading.Event, out: list[float]) -> N
 
 
 def soak(state: Any, seconds: float, attackers: int) -> dict[str, Any]:
-    root = tempfile.mkdtemp(prefix="memq-hostile-")
-    with benchlib.broker_process(state, "hostile", broker_cfg(state, root)) as info:
+    # (the filesystem storage of one soak holds GiBs: removed afterwards)
+    with (
+        tempfile.TemporaryDirectory(prefix="memq-hostile-", ignore_cleanup_errors=True) as root,
+        benchlib.broker_process(state, "hostile", broker_cfg(state, root)) as info,
+    ):
         eprint(f"soak: baseline, {seconds} s")
         base = legit_load(info["endpoint"], seconds)
         conns: list[float] = []

@@ -19,7 +19,9 @@ def test_hostile_soak_and_overload_quick(
     memq_stack: StackState, s3_bucket: str, tmp_path: Path
 ) -> None:
     out = tmp_path / "hostile.json"
-    env = external_stack_env(memq_stack, MEMQ_S3_BUCKET=s3_bucket)
+    scratch = tmp_path / "tmp"  # its TMPDIR: what it leaves there is seen below
+    scratch.mkdir()
+    env = external_stack_env(memq_stack, MEMQ_S3_BUCKET=s3_bucket, TMPDIR=str(scratch))
     proc = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "bench_hostile.py"), "--quick", "--out", str(out)],
         capture_output=True, text=True, timeout=300, check=False, env=env, cwd=ROOT,
@@ -40,3 +42,4 @@ def test_hostile_soak_and_overload_quick(
     assert over["checks"] == {"back_pressure_seen": True, "rss_within_bound": True,
                               "no_failures": True}  # fmt: skip
     assert "soak: legit" in proc.stdout and "overload:" in proc.stdout
+    assert list(scratch.iterdir()) == []  # (the soak's storage held GiBs: it was kept once)
