@@ -3,6 +3,7 @@ rot and shallow bugs are caught on every `make test`; `make chaos` runs it for l
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +20,7 @@ def test_decoder_survives_fuzzing(target: str, tmp_path: Path) -> None:
         [sys.executable, str(HARNESS), target, "-runs=4000", "-seed=1", "-max_len=4096",
          "-timeout=10", "-rss_limit_mb=1024"],
         capture_output=True, text=True, timeout=300, cwd=tmp_path, check=False,
+        env={**os.environ, "TMPDIR": str(tmp_path)},  # (its seed corpus outlives the run)
     )  # fmt: skip
     log = proc.stderr[-3000:]
     assert proc.returncode == 0, log
