@@ -30,9 +30,8 @@ int (ms), ``key`` bin or nil, ``value`` bin, ``headers`` nil or an array of
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import chain
 from typing import Any
 
 import msgpack
@@ -41,6 +40,7 @@ from memq.errors import BadMagicError, ChecksumError, MalformedError, TruncatedE
 from memq.errors import UnsupportedVersionError as _UnsupportedVersion
 from memq.formats.compression import Compression, compress, decompress
 from memq.formats.crc import crc32
+from memq.formats.payload import join_records
 
 __all__ = [
     "BLOCK_HEADER_SIZE",
@@ -203,22 +203,14 @@ def encode_block_parts(
             f"record columns differ in length: {len(timestamps)} timestamps, {len(keys)} "
             f"keys, {n} values, {len(headers)} headers"
         )
-    raw: bytes | None = None
+    joined = None
     if headers.count(None) == n and (
         checked or (set(map(type, values)) == {bytes} and set(map(type, timestamps)) == {int})
     ):
-        leads = _Leads()
-        try:
-            if keys.count(None) == n:
-                raw = _join_unkeyed(leads, timestamps, values)
-            elif checked or set(map(type, keys)) <= _KEY_TYPES:
-                raw = _join_keyed(leads, timestamps, keys, values)
-        except OverflowError:  # a timestamp msgpack cannot hold: reported below
-            raw = None
-        if raw is not None:  # the bounds from the few distinct timestamps
-            stamps = {ts for ts, _ in leads}
-            min_timestamp, max_timestamp = min(stamps), max(stamps)
-    if raw is None:
+        joined = join_records(timestamps, keys, values, checked=checked)
+    if joined is not None:
+        raw, min_timestamp, max_timestamp = joined
+    else:
         min_timestamp, max_timestamp = min(timestamps), max(timestamps)
         raw = _pack(list(zip(timestamps, keys, values, headers, strict=True)))
     head, body = _frame(
@@ -273,87 +265,6 @@ def _frame(
     )
     crc = crc32(body, crc32(memoryview(rest)[_CRC_START:], crc32(rest[:4])))
     return b"".join((rest[:4], crc.to_bytes(4, "big"), rest[_CRC_START:])), body
-
-
-# --- the msgpack payload joined from columns (records without headers) ----------------
-# msgpack's own (shortest) forms, so the bytes equal msgpack.packb's: bin 8/16/32 by
-# length, array fix/16/32 by count, ints as msgpack.packb encodes them.
-
-
-def _bin_header(n: int) -> bytes:
-    if n < 0x100:
-        return b"\xc4" + n.to_bytes(1, "big")
-    if n < 0x10000:
-        return b"\xc5" + n.to_bytes(2, "big")
-    return b"\xc6" + n.to_bytes(4, "big")
-
-
-def _array_header(n: int) -> bytes:
-    if n < 16:
-        return bytes((0x90 | n,))
-    if n < 0x10000:
-        return b"\xdc" + n.to_bytes(2, "big")
-    return b"\xdd" + n.to_bytes(4, "big")
-
-
-_NIL = b"\xc0"
-
-
-class _Leads(dict[tuple[int, int], bytes]):
-    """``(timestamp, length)`` -> the bytes that lead up to a record's value: the
-    previous record's nil headers, this record's array header and timestamp, then its
-    nil key and the value's bin header (``length`` >= 0) or, for a keyed record
-    (``length`` < 0: ``-2 - key length``, or -1 for a nil key), what leads up to the key."""
-
-    def __missing__(self, k: tuple[int, int]) -> bytes:
-        ts, n = k
-        stamp: bytes = msgpack.packb(ts)
-        lead = (
-            b"\xc0\x94"
-            + stamp
-            + (_NIL + _bin_header(n) if n >= 0 else _NIL if n == -1 else _bin_header(-2 - n))
-        )
-        self[k] = lead
-        return lead
-
-
-def _join_unkeyed(leads: _Leads, timestamps: Sequence[int], values: Sequence[bytes]) -> bytes:
-    # (columns of one length, checked by the caller: strict would cost a check per item)
-    lead_of = map(leads.__getitem__, zip(timestamps, map(len, values), strict=False))
-    return _array(chain.from_iterable(zip(lead_of, values, strict=False)), len(values))
-
-
-def _join_keyed(
-    leads: _Leads, timestamps: Sequence[int], keys: Sequence[bytes | None], values: Sequence[bytes]
-) -> bytes:
-    marks = [-1 if k is None else -2 - len(k) for k in keys]
-    vheads = _BinHeaders().__getitem__
-    pieces = chain.from_iterable(
-        zip(
-            map(leads.__getitem__, zip(timestamps, marks, strict=False)),
-            [b"" if k is None else k for k in keys],
-            map(vheads, map(len, values)),
-            values,
-            strict=False,
-        )
-    )
-    return _array(pieces, len(values))
-
-
-def _array(pieces: Iterator[bytes], count: int) -> bytes:
-    """The msgpack array of ``count`` records from their pieces, joined once: the first
-    lead's nil (it closes the record before, and there is none) gives way to the array
-    header, and a nil closes the last record (its headers)."""
-    first = next(pieces)
-    return b"".join(chain((_array_header(count), memoryview(first)[1:]), pieces, (_NIL,)))
-
-
-class _BinHeaders(dict[int, bytes]):
-    """length -> its msgpack bin header."""
-
-    def __missing__(self, n: int) -> bytes:
-        self[n] = h = _bin_header(n)
-        return h
 
 
 def decode_block_header(

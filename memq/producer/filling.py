@@ -99,7 +99,7 @@ class BlockFilling:
         ts: int,
         keys: Sequence[bytes | None] | None,
         values: Sequence[bytes],
-        totals: list[int],
+        totals: Sequence[int],
         limit: int,
         parts: list[tuple[BlockResult, int]],
     ) -> None:

@@ -253,22 +253,35 @@ class Producer(BlockFilling):
         ts = int(time.time() * 1000) if timestamp is None else int(timestamp)
         limit = self._limits.get(topic) or self._block_limit(topic)
         # Record sizes (value + key + framing) with C-level loops only.
-        sizes = list(map(operator.add, map(len, values), repeat(RECORD_OVERHEAD)))
-        if keys is not None:
-            sizes = list(map(operator.add, sizes, (len(k) if k else 0 for k in keys)))
-        if sizes and max(sizes) + BLOCK_HEADER_SIZE > limit:
-            raise MessageTooLargeError(
-                f"a record of {max(sizes)} bytes does not fit in a block of at most {limit} "
-                "bytes (batch.size, capped by the topic's max_block_bytes)"
-            )
-        if keys is not None and any(k is not None for k in keys):
-            return BatchFuture(
-                topic, self._produce_keyed_many(topic, ts, keys, values, sizes, limit)
-            )
+        lens = list(map(len, values))
+        n = len(lens)
+        if keys is None and n and lens[-1] == lens[0] and lens.count(lens[0]) == n:
+            # (records of one size: their running totals are a range, nothing per record)
+            size = lens[0] + RECORD_OVERHEAD
+            self._check_fits(size, limit)
+            totals: Sequence[int] = range(0, (n + 1) * size, size)
+        else:
+            sizes = list(map(operator.add, lens, repeat(RECORD_OVERHEAD)))
+            if keys is not None:
+                sizes = list(map(operator.add, sizes, (len(k) if k else 0 for k in keys)))
+            if sizes:
+                self._check_fits(max(sizes), limit)
+            if keys is not None and any(k is not None for k in keys):
+                return BatchFuture(
+                    topic, self._produce_keyed_many(topic, ts, keys, values, sizes, limit)
+                )
+            totals = list(accumulate(sizes, initial=0))
         parts: list[tuple[BlockResult, int]] = []
-        totals = list(accumulate(sizes, initial=0))
         self._fill(topic, None, ts, keys, values, totals, limit, parts)
         return BatchFuture(topic, parts)
+
+    @staticmethod
+    def _check_fits(size: int, limit: int) -> None:
+        if size + BLOCK_HEADER_SIZE > limit:
+            raise MessageTooLargeError(
+                f"a record of {size} bytes does not fit in a block of at most {limit} "
+                "bytes (batch.size, capped by the topic's max_block_bytes)"
+            )
 
     # --- completion ---------------------------------------------------------------------
 

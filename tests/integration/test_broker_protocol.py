@@ -131,6 +131,9 @@ def test_oversize_block_and_record(
     with BrokerThread(cfg) as b, Producer({"bootstrap.servers": b.address}) as p:
         with pytest.raises(MessageTooLargeError, match="does not fit"):
             p.produce("small", b"x" * 100_000)
+        for values in ([b"x" * 100_000] * 3, [b"x", b"x" * 100_000]):  # (one size, mixed)
+            with pytest.raises(MessageTooLargeError, match="a record of 100"):
+                p.produce_batch("small", values)
         assert p.produce("small", b"x" * 1000).result(30).key
     _assert_still_serving(broker)
 

@@ -15,6 +15,7 @@ from memq.config import S3Config
 from memq.devstack import StackState
 from memq.devstack.faultproxy import FaultProxy
 from memq.formats import encode_batch, encode_block, parse_object_key
+from memq.producer.accumulator import RECORD_OVERHEAD
 from memq.run.broker import BrokerThread
 from memq.storage_handlers.s3 import S3Writer
 from memq.testing import broker_config
@@ -187,3 +188,29 @@ def test_produce_batch_stores_every_record_in_order(memq_stack: StackState, s3_b
     for key in {*keys}:
         assert [r[2] for r in got if r[1] == key] == [v for k, v in sent if k == key]
     assert {r[0] for r in got} == {7} and all(r[3] is None for r in got)
+
+
+def test_produce_batch_of_one_record_size_fills_blocks_in_order(
+    memq_stack: StackState, s3_bucket: str
+) -> None:
+    """Records of one size take the bulk path's uniform sizing (running totals as a
+    range) and the encoder's one-lead join: 50,000 distinct 100-byte records in calls of
+    10,000, over blocks of 64 KiB, stored byte-exact and in order; with a long linger
+    every block but the last is sealed full, and holds as many records as the others."""
+    cfg = broker_config(memq_stack, bucket=s3_bucket, topics=["sized"], batch_ms=100)
+    values = [b"%099d" % i for i in range(50_000)]
+    with BrokerThread(cfg) as broker:
+        conf = {"bootstrap.servers": broker.address, "batch.size": 64 * 1024, "linger.ms": 1000}
+        with Producer(conf) as p:
+            futs = [
+                p.produce_batch("sized", values[i : i + 10_000]) for i in range(0, 50_000, 10_000)
+            ]
+            assert [f.result(timeout=60) for f in futs] == [10_000] * 5
+        objs = read_objects(memq_stack.s3_client(), s3_bucket, topic="sized")
+    blocks = sorted((bh.sequence, bh.record_count, recs) for o in objs for bh, recs in o.blocks)
+    assert [r[2] for _, _, recs in blocks for r in recs] == values
+    assert all(r[1] is None and r[3] is None for _, _, recs in blocks for r in recs)
+    counts = [c for _, c, _ in blocks]
+    full = max(counts)  # (what fits in 64 KiB)
+    assert full * (100 + RECORD_OVERHEAD) > 60 * 1024
+    assert counts[:-1] == [full] * (len(counts) - 1)

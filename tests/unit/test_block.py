@@ -169,8 +169,22 @@ def _column_records(draw: st.DrawFn) -> list[tuple[object, ...]]:
     return out
 
 
+@st.composite
+def _run_records(draw: st.DrawFn) -> list[tuple[object, ...]]:
+    """Unkeyed records in runs of one timestamp (a produce_batch() call's, a
+    millisecond's), of one value length or several: the join's paths by runs."""
+    stamp = st.sampled_from([0, 127, 128, -33, 1 << 32, 1764000000000, -(1 << 63)])
+    lengths = draw(st.lists(_LENGTHS, min_size=1, max_size=3))
+    out = []
+    for _ in range(draw(st.integers(min_value=1, max_value=4))):
+        ts = draw(stamp)
+        for _ in range(draw(st.integers(min_value=1, max_value=40))):
+            out.append((ts, None, b"v" * draw(st.sampled_from(lengths)), None))
+    return out
+
+
 @given(
-    st.one_of(_column_records(), record_lists),
+    st.one_of(_column_records(), _run_records(), record_lists),
     compressions,
     u64,
     u32,
