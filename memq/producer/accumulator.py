@@ -85,11 +85,13 @@ class OpenBlock:
         on_delivery: DeliveryCallback | None,
     ) -> RecordFuture | None:
         """Add the record unless the block is sealed or full (then None)."""
-        with self.lock:
+        # Per-record hot path (once per produce()): appends and counters only; bounds
+        # are computed once at seal. (acquire/release: half the cost of ``with`` here.)
+        lock = self.lock
+        lock.acquire()
+        try:
             if self.sealed or self.size + size > self.capacity:
                 return None
-            # Per-record hot path (once per produce()): appends and counters only; bounds
-            # are computed once at seal.
             index = self.count
             self.timestamps.append(ts)
             self.keys.append(key)
@@ -100,7 +102,9 @@ class OpenBlock:
             if on_delivery is not None:
                 self.cb_index.append(index)
                 self.cb_fn.append(on_delivery)
-            return RecordFuture(self.result, self.topic, index, ts)
+        finally:
+            lock.release()
+        return RecordFuture(self.result, self.topic, index, ts)
 
     def try_add_many(
         self,

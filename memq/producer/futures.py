@@ -6,6 +6,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
+from itertools import repeat
 from typing import Any, NamedTuple
 
 from memq.errors import MemqError, RequestTimeoutError
@@ -91,15 +92,24 @@ class BlockResult:
     ) -> Iterator[RecordMetadata]:
         """Metadata of many records of this block: per-block fields looked up once.
 
-        A generator, so each tuple is freed right after its callback (no GC pressure).
+        Lazy (an iterator), so each tuple is freed right after its callback (no GC
+        pressure); built in C: ``zip`` reuses its row tuple once ``tuple.__new__`` has
+        copied it.
         """
         m = self.meta
-        pid, ep, seq = m.get("producer_id", 0), m.get("epoch", 0), m.get("sequence", 0)
-        bucket, key = m.get("bucket"), m.get("key")
-        bi, dup = m.get("block_index"), m.get("duplicate", False)
-        new = tuple.__new__
-        for i in indexes:
-            yield new(RecordMetadata, (topic, timestamps[i], pid, ep, seq, i, bucket, key, bi, dup))
+        rows = zip(
+            repeat(topic),
+            map(timestamps.__getitem__, indexes),
+            repeat(m.get("producer_id", 0)),
+            repeat(m.get("epoch", 0)),
+            repeat(m.get("sequence", 0)),
+            indexes,
+            repeat(m.get("bucket")),
+            repeat(m.get("key")),
+            repeat(m.get("block_index")),
+            repeat(m.get("duplicate", False)),
+        )
+        return map(tuple.__new__, repeat(RecordMetadata), rows)
 
     def done(self) -> bool:
         return self._done
