@@ -2,8 +2,8 @@
 
 Measures steady-state MB/s of record payload handed out, and CPU seconds per GiB of
 every process involved (the consumer's own process, the broker, Tansu, moto), for one
-``memq.Consumer`` reading a topic stored in S3 (moto) with ``consume()`` and with
-``consume_batch()`` (columns, no ``Message`` per record), and one stored on the
+``memq.Consumer`` reading a topic stored in S3 (moto) with ``consume(500)`` and with
+``consume_batch(2000)`` (columns, no ``Message`` per record), and one stored on the
 filesystem, against:
 
   (a) raw boto3 GETs of the same S3 objects with the same concurrency (the storage
@@ -42,6 +42,10 @@ from benchlib import Counter, eprint
 RECORD = 1024
 CONCURRENCY = 4
 PARTITIONS = 4
+#: Records per ``consume()`` call: a few hundred, as docs/clients.md advises (a list of
+#: thousands is walked by CPython's cyclic GC: ``consume(2000)`` measured 1.73-1.75
+#: CPU-s/GiB against 1.43-1.52); ``consume_batch()`` and confluent-kafka take 2,000.
+CONSUME_CALL = 500
 #: A full run's topic: 1 GiB, so the refill after each pass's ``assign()`` (~0.1 s
 #: with no records handed out) is a small part of a pass, as for a consumer reading
 #: one long topic (with 128 MiB it took about 1/3 of the filesystem path's time).
@@ -105,7 +109,7 @@ def run_memq(
                     got += len(values)
                     counter.add(sum(map(len, values)), len(values))
                 else:
-                    batch = c.consume(2000, 1.0)
+                    batch = c.consume(CONSUME_CALL, 1.0)
                     got += len(batch)
                     counter.add(sum(len(m.value) for m in batch), len(batch))
                 if got >= n:  # a full pass: read it all again

@@ -285,9 +285,9 @@ def _md(doc: dict[str, Any], plots: list[str]) -> str:
               "| path | MB/s | vs raw S3 GET | vs Kafka direct | "
               + " | ".join(f"{p} CPU-s/GiB" for p in PROCS) + " |",
               "|---|---|---|---|" + "---|" * len(PROCS)]  # fmt: skip
-        for n, label in (("s3", "memq.Consumer from S3, `consume()`"),
-                         ("s3_batch", "memq.Consumer from S3, `consume_batch()`"),
-                         ("filesystem", "memq.Consumer from filesystem"),
+        for n, label in (("s3", "memq.Consumer from S3, `consume(500)`"),
+                         ("s3_batch", "memq.Consumer from S3, `consume_batch(2000)`"),
+                         ("filesystem", "memq.Consumer from filesystem, `consume(500)`"),
                          ("s3_raw_get", "raw S3 GET (baseline)"),
                          ("kafka_direct", "Kafka direct consume (baseline)")):  # fmt: skip
             r = rows.get(n)

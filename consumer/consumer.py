@@ -240,7 +240,12 @@ class Consumer:
         return self._audit.stats()
 
     def consume(self, num_messages: int = 1, timeout: float | None = None) -> list[Message]:
-        """Up to ``num_messages`` records, waiting at most ``timeout`` seconds (None: forever)."""
+        """Up to ``num_messages`` records, waiting at most ``timeout`` seconds (None: forever).
+
+        A few hundred per call is cheapest: a list of thousands of messages is still
+        alive when CPython's cyclic GC runs, which then walks every one of them
+        (docs/clients.md); :meth:`consume_batch` builds no object per record.
+        """
         out: list[Message] = []
 
         def take(cur: Current, n: int) -> int:
