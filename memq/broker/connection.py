@@ -15,7 +15,6 @@ import contextlib
 import functools
 import logging
 import time
-from collections import deque
 from typing import TYPE_CHECKING, Protocol
 
 import msgpack
@@ -24,6 +23,7 @@ from pydantic import BaseModel
 from memq.acl import AclTable
 from memq.aio import WriteCoalescer
 from memq.broker.cluster import AdminResponse
+from memq.broker.framed import FramedProtocol
 from memq.broker.host import BrokerHost
 from memq.errors import (
     AuthenticationError,
@@ -105,24 +105,15 @@ class ConnectionHost(BrokerHost, Protocol):
     async def admin(self, req: AdminRequest) -> AdminResponse: ...
 
 
-class BrokerConnection(asyncio.BufferedProtocol):
+class BrokerConnection(FramedProtocol[RawFrame]):
     def __init__(self, server: ConnectionHost) -> None:
-        self.server = server
         cfg = server.config
-        self.receiver = FrameReceiver(cfg.max_frame_bytes)
-        self._frames: deque[RawFrame] = deque()
-        self._queued_bytes = 0
-        self._broken: MemqFormatError | None = None
-        self.read_limit = 2 * cfg.max_frame_bytes
+        super().__init__(FrameReceiver(cfg.max_frame_bytes), 2 * cfg.max_frame_bytes)
+        self.server = server
         self.idle_timeout = cfg.idle_timeout_s
-        self.transport: asyncio.Transport | None = None
         #: Responses made in one turn of the event loop go out in one send (memq.aio).
         self._out: WriteCoalescer | None = None
-        self.peer = "?"
-        self._wake = asyncio.Event()
         self._closed = False  # we closed it: stop handling frames
-        self._eof = False  # the peer closed it: handle what already arrived, then stop
-        self._paused = False
         self._last_progress = time.monotonic()
         self._pump_task: asyncio.Task[None] | None = None
         #: Who is on the other end once authenticated (token subject or certificate CN).
@@ -154,25 +145,8 @@ class BrokerConnection(asyncio.BufferedProtocol):
             self.principal = peer_principal(transport.get_extra_info("ssl_object"))
         self._pump_task = asyncio.get_running_loop().create_task(self._pump())
 
-    def get_buffer(self, sizehint: int) -> memoryview:
-        return self.receiver.get_buffer()
-
-    def buffer_updated(self, nbytes: int) -> None:
-        frames = self.receiver.received(nbytes)
-        if frames:
-            self._frames.extend(frames)
-            self._queued_bytes += sum(len(f.payload) for f in frames)
-            self._wake.set()
-        if self.receiver.broken is not None:  # bad length prefix: the stream is lost
-            # (the frames before it are still handled, then the connection is closed)
-            self._broken = self.receiver.broken
-            if self.transport is not None:
-                self.transport.pause_reading()
-            self._wake.set()
-            return
-        if not self._paused and self._queued_bytes > self.read_limit and self.transport:
-            self.transport.pause_reading()
-            self._paused = True
+    def _frame_bytes(self, frame: RawFrame) -> int:
+        return len(frame.payload)
 
     def connection_lost(self, exc: Exception | None) -> None:
         # Frames already received are still handled (an ack=0 producer may close at once).
@@ -200,15 +174,13 @@ class BrokerConnection(asyncio.BufferedProtocol):
             while not self._closed:
                 self._wake.clear()
                 frames = self._frames
-                if not frames and self._broken is not None:
-                    self._fatal(self._broken)
+                if not frames and self.broken is not None:
+                    self._fatal(self.broken)
                     return
                 if not frames:
                     if self._eof:
                         return
-                    if self._paused and self.transport is not None:
-                        self.transport.resume_reading()
-                        self._paused = False
+                    self._resume_reading()
                     left = self.idle_timeout - (time.monotonic() - self._last_progress)
                     if left <= 0:
                         log.info(
@@ -226,9 +198,7 @@ class BrokerConnection(asyncio.BufferedProtocol):
                 while frames:
                     if self.is_closed:
                         return
-                    raw = frames.popleft()
-                    self._queued_bytes -= len(raw.payload)
-                    await self._handle(raw)
+                    await self._handle(self._next_frame())
         except Exception:
             log.exception("connection %s failed; closing it", self.peer)
             self.close()

@@ -9,10 +9,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections import deque
 
+from memq.broker.framed import FramedProtocol
 from memq.broker.kafka_codec import KafkaFrameReceiver
-from memq.errors import MemqError
 
 __all__ = ["READ_LIMIT", "KafkaStream"]
 
@@ -20,45 +19,21 @@ __all__ = ["READ_LIMIT", "KafkaStream"]
 READ_LIMIT = 4 << 20
 
 
-class KafkaStream(asyncio.BufferedProtocol):
+class KafkaStream(FramedProtocol[memoryview]):
     """Requests of one connection, in order (:meth:`read_frame`); it stops reading while
     ``READ_LIMIT`` bytes of received requests wait."""
 
     def __init__(self, max_frame_bytes: int) -> None:
-        self.receiver = KafkaFrameReceiver(max_frame_bytes)
-        self.transport: asyncio.Transport | None = None
-        self.peer = "?"
-        self._frames: deque[memoryview] = deque()
-        self._queued = 0  # bytes in _frames
-        self._broken: MemqError | None = None  # a bad length prefix: the stream is lost
-        self._eof = False
+        super().__init__(KafkaFrameReceiver(max_frame_bytes), READ_LIMIT)
         self._reset = False  # the connection was reset (not closed cleanly)
-        self._last_rx = 0.0  # (monotonic) when bytes last arrived
-        self._reading_paused = False
-        self._wake = asyncio.Event()
         self._drained: asyncio.Future[None] | None = None
         self._writing_paused = False
         self._closed = False
 
+    def _frame_bytes(self, frame: memoryview) -> int:
+        return len(frame)
+
     # --- asyncio.Protocol ---------------------------------------------------------------
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        return self.receiver.get_buffer()
-
-    def buffer_updated(self, nbytes: int) -> None:
-        self._last_rx = time.monotonic()
-        frames = self.receiver.received(nbytes)
-        if frames:
-            self._frames.extend(frames)
-            self._queued += sum(map(len, frames))
-            self._wake.set()
-        if self.receiver.broken is not None:  # a bad length prefix: the stream is lost
-            # (the requests before it are still answered, then the connection is closed)
-            self._broken = self.receiver.broken
-            self._pause_reading()
-            self._wake.set()
-        elif self._queued > READ_LIMIT:
-            self._pause_reading()
 
     def eof_received(self) -> bool:
         # Requests already received are still answered: keep the sending half open
@@ -85,17 +60,6 @@ class KafkaStream(asyncio.BufferedProtocol):
         if self._drained is not None and not self._drained.done():
             self._drained.set_result(None)
 
-    def _pause_reading(self) -> None:
-        if not self._reading_paused and self.transport is not None:
-            self._reading_paused = True
-            self.transport.pause_reading()
-
-    def _resume_reading(self) -> None:
-        if self._reading_paused and self.transport is not None and self._broken is None:
-            self._reading_paused = False
-            if not self.transport.is_closing():
-                self.transport.resume_reading()
-
     async def _drain(self) -> None:
         if self._writing_paused:
             self._drained = asyncio.get_running_loop().create_future()
@@ -115,8 +79,8 @@ class KafkaStream(asyncio.BufferedProtocol):
         while not self._frames or self._reset:
             if self._closed or self._reset:
                 return None
-            if self._broken is not None:
-                self._drop(str(self._broken), "too_large")
+            if self.broken is not None:
+                self._drop(str(self.broken), "too_large")
                 return None
             if self._eof:
                 if self.receiver.buffered:
@@ -130,8 +94,7 @@ class KafkaStream(asyncio.BufferedProtocol):
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), left)
-        frame = self._frames.popleft()
-        self._queued -= len(frame)
+        frame = self._next_frame()
         if self._queued <= READ_LIMIT // 2:
             self._resume_reading()
         return frame

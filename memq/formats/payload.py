@@ -70,6 +70,13 @@ def _array_header(n: int) -> bytes:
 _NIL = b"\xc0"
 
 
+def _stamped(ts: int) -> bytes:
+    """The previous record's nil headers, a record's array header (4 items) and its
+    timestamp: how every record's lead starts."""
+    stamp: bytes = msgpack.packb(ts)
+    return b"\xc0\x94" + stamp
+
+
 class _Leads(dict[tuple[int, int], bytes]):
     """``(timestamp, length)`` -> the bytes that lead up to a record's value: the
     previous record's nil headers, this record's array header and timestamp, then its
@@ -83,11 +90,8 @@ class _Leads(dict[tuple[int, int], bytes]):
 
     def __missing__(self, k: tuple[int, int]) -> bytes:
         ts, n = k
-        stamp: bytes = msgpack.packb(ts)
-        lead = (
-            b"\xc0\x94"
-            + stamp
-            + (_NIL + _bin_header(n) if n >= 0 else _NIL if n == -1 else _bin_header(-2 - n))
+        lead = _stamped(ts) + (
+            _NIL + _bin_header(n) if n >= 0 else _NIL if n == -1 else _bin_header(-2 - n)
         )
         self[k] = lead
         return lead
@@ -107,7 +111,7 @@ class _LeadsAt(dict[int, bytes]):
     def __init__(self, leads: _Leads, ts: int) -> None:
         super().__init__()
         leads.stamps.append(ts)
-        self.head: bytes = b"\xc0\x94" + msgpack.packb(ts) + _NIL
+        self.head: bytes = _stamped(ts) + _NIL
 
     def __missing__(self, n: int) -> bytes:
         lead = self.head + _bin_header(n)
