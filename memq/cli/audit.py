@@ -14,6 +14,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from memq.cli.options import STATE_DIR, topic_name
@@ -141,7 +142,8 @@ def report(
     """Produced, consumed, missing, pending, duplicates (handed out twice), duplicates the
     consumers dropped, mismatches and latency for a topic. Exit 0 when nothing is
     missing, 1 when records are missing or mismatched, 2 when there is no audit data for
-    the topic (nothing can be proven)."""
+    the topic (nothing can be proven). A table per topic, or one group after another
+    where the terminal is too narrow for it (names and figures are never cut)."""
     params = {
         "since": since,
         "topic": topic,
@@ -214,6 +216,10 @@ def print_report(console: Console, doc: dict[str, Any], missing: dict[str, Any])
     _print(doc, doc["topics"][0] if doc["topics"] else None, missing, console)
 
 
+_REPORT_COLUMNS = ("group", "consumed", "missing", "pending", "duplicates", "dups dropped",
+                   "mismatches", "unaudited", "p50", "p99", "status")  # fmt: skip
+
+
 def _print(
     doc: dict[str, Any], t: dict[str, Any] | None, missing: dict[str, Any], out: Console = out
 ) -> None:
@@ -230,14 +236,10 @@ def _print(
     if not t["groups"]:
         out.print("[yellow]no consumer group has reported consuming this topic[/yellow]")
         return
-    table = Table()
-    for col in ("group", "consumed", "missing", "pending", "duplicates", "dups dropped",
-                "mismatches", "unaudited", "p50", "p99", "status"):  # fmt: skip
-        table.add_column(col, justify="left" if col in {"group", "status"} else "right")
     colour = {"ok": "green", "warn": "yellow", "missing": "red", "unconsumed": "dim"}
-    for g in t["groups"]:
-        table.add_row(
-            g["group"],
+    rows = [
+        (
+            escape(g["group"]),
             f"{g['consumed_records']:,}",
             f"{g['missing_records']:,}",
             f"{g['pending_records']:,}",
@@ -249,7 +251,23 @@ def _print(
             _fmt_ms(g["latency_p99_ms"]),
             f"[{colour.get(g['status'], 'white')}]{g['status']}[/]",
         )
-    out.print(table)
+        for g in t["groups"]
+    ]
+    table = Table()
+    for col in _REPORT_COLUMNS:
+        # (figures and names are never cut: a terminal too narrow for them all gets
+        # one group after another instead)
+        table.add_column(col, justify="left" if col in {"group", "status"} else "right",
+                         no_wrap=True)  # fmt: skip
+    for row in rows:
+        table.add_row(*row)
+    if out.measure(table, options=out.options.update_width(1 << 16)).maximum <= out.width:
+        out.print(table)
+    else:
+        for row in rows:
+            out.print(f"[bold]{row[0]}[/bold]")
+            for col, value in zip(_REPORT_COLUMNS[1:], row[1:], strict=True):
+                out.print(f"  {col + ':':<14}{value}")
     for grp, blocks in missing.items():
         out.print(f"[red]missing for group {grp}[/red] (first {len(blocks)}):")
         for b in blocks:
