@@ -8,6 +8,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from memq.cli.admin import _admin
@@ -35,7 +36,7 @@ def _print(entries: list[dict[str, Any]], as_json: bool) -> None:
     for col in ("principal", "topic", "ops"):
         t.add_column(col)
     for e in entries:
-        t.add_row(e["principal"], e["topic"], ", ".join(e["ops"]))
+        t.add_row(escape(e["principal"]), e["topic"], ", ".join(e["ops"]))  # (a name, not markup)
     out.print(t)
 
 

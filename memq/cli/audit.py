@@ -269,10 +269,10 @@ def _print(
             for col, value in zip(_REPORT_COLUMNS[1:], row[1:], strict=True):
                 out.print(f"  {col + ':':<14}{value}")
     for grp, blocks in missing.items():
-        out.print(f"[red]missing for group {grp}[/red] (first {len(blocks)}):")
+        out.print(f"[red]missing for group {escape(grp)}[/red] (first {len(blocks)}):")
         for b in blocks:
             out.print(
                 f"  producer {b['producer_id']} epoch {b['epoch']} sequence {b['sequence']}: "
                 f"{b['records']} records acked {_when(b['acked_ms'])} UTC -> "
-                f"{b['object_key'] or '(object unknown: acks=' + str(b['acks']) + ')'}"
+                f"{escape(b['object_key'] or '(object unknown: acks=' + str(b['acks']) + ')')}"
             )

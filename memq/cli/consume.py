@@ -12,6 +12,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from memq.cli.options import BOOTSTRAP, STATE_DIR, positive, topic_name
@@ -398,7 +399,7 @@ def cat(
     except MemqFormatError:
         pass
     err.print(
-        f"{uri}: {len(data):,} bytes, format v{header.version}, {header.block_count} blocks, "
+        f"{escape(uri)}: {len(data):,} bytes, format v{header.version}, {header.block_count} blocks, "
         f"{header.record_count:,} records, header CRC {header.crc:#010x}, "
         f"{iso_ms(header.min_timestamp)} .. {iso_ms(header.max_timestamp)}"
     )

@@ -10,6 +10,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from memq.cli.options import BOOTSTRAP, JSON, STATE_DIR, key_value_pairs
@@ -86,11 +87,11 @@ def describe(
         typer.echo(json.dumps(d, indent=2))
         return
     c = _console()
-    c.print(f"group [bold]{group}[/bold] ({d['state']}): {len(d['members'])} member(s), lag "
+    c.print(f"group [bold]{escape(group)}[/bold] ({d['state']}): {len(d['members'])} member(s), lag "
             f"{d['lag_objects']:,} objects / {d['lag_records']:,} records")  # fmt: skip
     for m in d["members"]:
         parts = ", ".join(f"{t}[{p}]" for t, p in m["partitions"]) or "-"
-        c.print(f"  member {m['client_id']} ({m['host']}): {parts}")
+        c.print(f"  member {escape(m['client_id'])} ({escape(m['host'])}): {parts}")
     t = Table()
     for col in ("topic", "partition", "committed", "end", "lag objects", "lag records", "lag s"):
         t.add_column(col, justify="right")

@@ -8,6 +8,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from memq import __version__
 from memq.cli import acl as acl_cmd
@@ -96,7 +97,7 @@ def main() -> None:
         if isinstance(e, _USAGE_ERROR) and type(e).__name__ != "NoArgsIsHelpError":
             where = ctx.command_path if ctx is not None else "memq"
             err.print(
-                f"[bold red]usage error:[/bold red] {failure.format_message()} "
+                f"[bold red]usage error:[/bold red] {escape(failure.format_message())} "
                 f"(see `{where} --help`)",
                 highlight=False,
             )
@@ -107,7 +108,7 @@ def main() -> None:
         err.print("aborted")
         sys.exit(1)
     except MemqError as e:
-        err.print(f"[bold red]error:[/bold red] {e}", highlight=False)
+        err.print(f"[bold red]error:[/bold red] {escape(str(e))}", highlight=False)
         sys.exit(1)
     except KeyboardInterrupt:
         err.print("interrupted")

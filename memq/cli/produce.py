@@ -12,6 +12,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -202,7 +203,7 @@ def produce(
             if first:
                 return
             first.append(f"{where}{type(e).__name__}: {e}")
-        err.print(f"[bold red]error:[/bold red] {first[0]}", highlight=False)
+        err.print(f"[bold red]error:[/bold red] {escape(first[0])}", highlight=False)
 
     def delivered(e: object, md: object) -> None:
         if e is not None:

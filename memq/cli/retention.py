@@ -10,6 +10,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from memq.cli.options import BOOTSTRAP, JSON, STATE_DIR, key_value_pairs, topic_name
 
@@ -133,9 +134,9 @@ def _print_reports(reports: list[Any], errors: dict[str, str], dry_run: bool) ->
         for w in r.warnings:
             typer.echo(f"  warning: {w}")
         for e in r.errors:
-            err.print(f"  [bold red]error:[/bold red] {r.topic}: {e}")
+            err.print(f"  [bold red]error:[/bold red] {r.topic}: {escape(str(e))}")
     for name, e in errors.items():
-        err.print(f"[bold red]error:[/bold red] {name}: {e}")
+        err.print(f"[bold red]error:[/bold red] {name}: {escape(str(e))}")
     if not reports and not errors:
         typer.echo("no topics")
 

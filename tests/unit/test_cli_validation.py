@@ -35,6 +35,9 @@ CASES = [
     (["audit", "report", "--topic", "t", "--limit", "-1"], "'--limit'"),
     (["dev", "up", "--s3-port", "70000"], "'--s3-port'"),
     (["token", "create", "--principal", ""], "'--principal'"),
+    # (what the user typed is printed as typed: square brackets are not Rich markup)
+    (["topic", "describe", "a[/b]"], "invalid topic name 'a[/b]'"),
+    (["produce", "--topic", "a[red]b", "--count", "1"], "invalid topic name 'a[red]b'"),
 ]
 
 
@@ -100,3 +103,14 @@ def test_topic_settings_flatten_to_the_set_keys() -> None:
         "batch.bytes": 8,
         "ring_size": 3,
     }
+
+
+def test_an_error_quoting_brackets_is_printed_as_typed(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: object
+) -> None:
+    """A MemqError's message is text, not Rich markup (a closing tag crashed the printer)."""
+    monkeypatch.chdir(str(tmp_path))
+    code, err = run(["cat", "nofile[/x]"], monkeypatch, capsys)
+    assert code == 1
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "nofile[/x]" in lines[0], err
