@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import sys
 from typing import Any
@@ -55,6 +56,22 @@ app.command("peek")(consume_cmd.peek)
 app.command("backfill")(backfill_cmd.backfill)
 app.command("cost")(cost_cmd.cost)
 app.command("bench")(bench_cmd.bench)
+
+
+def _one_paragraph_summaries(group: typer.Typer) -> None:
+    """Command lists in ``--help`` show each command's first docstring paragraph as one
+    paragraph (Typer keeps its source line breaks there: "...consume with a" / "consumer
+    group..."); a command's own ``--help`` is unchanged."""
+    for info in group.registered_commands:
+        if info.short_help is None and info.help is None and info.callback is not None:
+            first = (inspect.getdoc(info.callback) or "").split("\n\n")[0]
+            info.short_help = " ".join(first.split())
+    for sub in group.registered_groups:
+        if sub.typer_instance is not None:
+            _one_paragraph_summaries(sub.typer_instance)
+
+
+_one_paragraph_summaries(app)
 
 
 def _version(value: bool) -> None:
