@@ -72,8 +72,9 @@ class Topics:
             t = meta.topics.get(name)
             if t is None or t.error is not None:
                 raise UnknownTopicError(
-                    f"topic {name!r} is unknown to cluster {meta.cluster!r}: "
-                    f"{t.error if t else 'no metadata'}"
+                    t.error
+                    if t is not None and t.error
+                    else f"no metadata for topic {name!r} from cluster {meta.cluster!r}"
                 )
             found.append(t)
             kafka.add(cfg.notification_bootstrap_servers or t.notification["bootstrap_servers"])

@@ -344,7 +344,11 @@ class BrokerServer:
         for name in names:
             cfg = self.view.topic_config(name)
             if cfg is None:
-                topics[name] = TopicMetadata(name=name, error=f"unknown topic {name!r}")
+                topics[name] = TopicMetadata(
+                    name=name,
+                    error=f"unknown topic {name!r} on cluster {self.config.cluster!r} (memq "
+                    "topic list shows its topics; memq topic create makes one)",
+                )
                 continue
             topics[name] = TopicMetadata(
                 name=name,

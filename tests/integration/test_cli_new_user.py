@@ -91,11 +91,16 @@ def test_produce_summary_says_where_records_went(memq_stack: StackState, unique_
     assert cat.returncode == 0 and f"topic {topic}" in cat.stderr
 
 
-def test_peek_and_cat_errors_are_one_line(memq_stack: StackState, unique_name: Any) -> None:
+def test_peek_consume_and_cat_errors_are_one_line(memq_stack: StackState, unique_name: Any) -> None:
     topic = unique_name("nosuch")
+    unknown = (
+        f"error: unknown topic {topic!r} on cluster 'dev' (memq topic list shows its topics; "
+        "memq topic create makes one)"
+    )
     proc = memq(memq_stack, "peek", "--topic", topic)
-    assert proc.returncode == 1
-    assert proc.stderr.strip() == f"error: unknown topic {topic!r}"
+    assert proc.returncode == 1 and proc.stderr.strip() == unknown
+    proc = memq(memq_stack, "consume", "--topic", topic, "--max", "1", "--timeout", "5")
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] == unknown, proc.stderr
     t0 = time.monotonic()
     proc = memq(memq_stack, "cat", f"s3://{memq_stack.bucket}/")
     assert (
