@@ -98,7 +98,8 @@ def describe(
     for name, parts in d["topics"].items():
         for p in parts:
             records = f"{p['lag_records']:,}" + ("~" if p["records_estimated"] else "")
-            t.add_row(name, str(p["partition"]), str(p["committed"]), str(p["end"]),
+            committed = "-" if p["committed"] is None else str(p["committed"])  # (as Kafka's)
+            t.add_row(name, str(p["partition"]), committed, str(p["end"]),
                       f"{p['lag_objects']:,}", records, str(p["lag_seconds"] or 0))  # fmt: skip
     c.print(t)
 
