@@ -382,8 +382,16 @@ class GroupAdmin:
             raise NotificationError(f"setting group {group!r}'s offsets failed: {e}") from e
 
     def delete(self, group: str) -> None:
+        """Delete a stopped group that has committed offsets on some MemQ topic (a name
+        with none is a typo, or another application's group on the same Kafka: refused)."""
         admin = self._admin()
         self._check_stopped(admin, group)
+        self._load(None)
+        if not any(t in self._names for t, _ in self._committed(admin, group)):
+            raise InvalidRequestError(
+                f"group {group!r} has no committed offsets on any MemQ topic: nothing to "
+                "delete (memq group list shows the groups)"
+            )
         try:
             admin.delete_consumer_groups([group])[group].result(self.timeout)
         except Exception as e:

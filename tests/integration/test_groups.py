@@ -120,3 +120,7 @@ def test_describe_reset_and_delete_a_group(
 
     admin.delete(group)
     assert all(g["group"] != group for g in admin.list_groups())
+    # A group with no offsets on a MemQ topic (a typo; or gone, as now) is not "deleted".
+    for name in (group, unique_name("never")):
+        with pytest.raises(InvalidRequestError, match="no committed offsets on any MemQ topic"):
+            admin.delete(name)
