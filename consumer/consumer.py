@@ -16,6 +16,7 @@ Use it from one thread (like a Kafka consumer); the fetch pool works in the back
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
@@ -160,9 +161,16 @@ class Consumer:
         """Join the group for ``topic`` (or several); callbacks get ``[(topic, partition)]``.
         Needs a ``group.id`` (:meth:`assign` reads partitions without one)."""
         self._check_open()
-        self._members.subscribe(
-            [topic] if isinstance(topic, str) else list(topic), on_assign, on_revoke
+        names = (
+            [topic]
+            if isinstance(topic, str)
+            else list(topic)
+            if isinstance(topic, Iterable)
+            else []
         )
+        if not names or not all(isinstance(n, str) for n in names):
+            raise ConfigError(f"subscribe needs a topic name or a list of them, got {topic!r}")
+        self._members.subscribe(names, on_assign, on_revoke)
 
     def assign(self, partitions: Iterable[tuple[str, int] | tuple[str, int, Where]]) -> None:
         """Read exactly these partitions, without joining a group (no rebalances).
@@ -178,8 +186,14 @@ class Consumer:
         self._check_open()
         entries: list[tuple[str, int, Where]] = []
         for e in partitions:
+            part = _partition_of(e)
+            if part is None:
+                raise ConfigError(
+                    "assign needs [(topic, partition)] or [(topic, partition, where)] with "
+                    f"a str topic and an int partition, got {e!r}"
+                )
             where: Where = e[2] if len(e) > 2 else None
-            entries.append((e[0], int(e[1]), where))
+            entries.append((e[0], part, where))
         self._members.assign(entries)
         if any(where is not None for _, _, where in entries):
             self._reread()
@@ -246,6 +260,8 @@ class Consumer:
         alive when CPython's cyclic GC runs, which then walks every one of them
         (docs/clients.md); :meth:`consume_batch` builds no object per record.
         """
+        if type(num_messages) is not int or num_messages < 1:
+            raise ConfigError(f"consume needs num_messages >= 1, got {num_messages!r}")
         out: list[Message] = []
 
         def take(cur: Current, n: int) -> int:
@@ -279,6 +295,7 @@ class Consumer:
         """Hand out up to ``limit`` records with ``take(current object, at most n)``
         (returns how many it took), waiting at most ``timeout`` seconds for the first."""
         self._check_open()
+        _check_timeout(timeout)
         if self._members.mode is None:
             raise MemqError("subscribe() to a topic, or assign() partitions, before consuming")
         got = self._delivery.hand_out(limit, timeout, take)
@@ -325,6 +342,7 @@ class Consumer:
 
     def committed(self, timeout: float = 10.0) -> dict[tuple[str, int], int | None]:
         """The group's committed notification offsets for the assigned partitions."""
+        self._check_open()
         self._check_group("committed()")
         return self._named(
             {
@@ -338,9 +356,11 @@ class Consumer:
 
     def position(self) -> dict[tuple[str, int], int | None]:
         """Per assigned partition, the notification offset of the next object to finish."""
+        self._check_open()
         return self._named(self._offsets.position(self._in_progress()))
 
     def assignment(self) -> list[tuple[str, int]]:
+        self._check_open()
         if self._source is None:
             return []
         return self._memq(self._offsets.assignment())
@@ -351,10 +371,12 @@ class Consumer:
         """Hand out nothing more of these assigned ``[(topic, partition)]`` until resumed:
         the object in progress and those fetched ahead are kept (not fetched again), and
         no more notifications are read for them. A revoked partition is no longer paused."""
+        self._check_open()
         self._members.pause(self._members.assigned(list(partitions)))
 
     def resume(self, partitions: Iterable[tuple[str, int]]) -> None:
         """Hand out these paused partitions again, from where they stopped."""
+        self._check_open()
         self._members.resume(self._members.assigned(list(partitions)))
 
     def paused(self) -> list[tuple[str, int]]:
@@ -376,6 +398,7 @@ class Consumer:
         records). Kafka's answer is used where it checks out, else a binary search."""
         out: dict[tuple[str, int], int] = {}
         for topic, part, ts in partitions:
+            _check_timestamp(ts, "offsets_for_times")
             (note_topic,) = self._resolve([topic])
             self._resolved.check_partition(topic, part)
             assert self._probe is not None
@@ -393,7 +416,10 @@ class Consumer:
     # --- seeking ------------------------------------------------------------------------
 
     def _note_topic(self, topic: str | None) -> str:
+        self._check_open()
         if topic is None:
+            if not self._topics:
+                raise MemqError("subscribe() to a topic, or assign() partitions, before seeking")
             if len(self._topics) != 1:
                 raise MemqError("several topics are subscribed: name the topic to seek")
             return next(iter(self._topics))
@@ -406,6 +432,10 @@ class Consumer:
 
     def seek(self, message_id: MessageId | str, topic: str | None = None) -> None:
         """Re-read from this record on (its object is range-read from that block)."""
+        if not isinstance(message_id, str | MessageId):
+            raise TypeError(
+                f"seek needs a MessageId or its text 'p:o:b:r', not {type(message_id).__name__}"
+            )
         mid = MessageId.parse(message_id) if isinstance(message_id, str) else message_id
         tp = (self._note_topic(topic), mid.partition)
         self._seeker.seek(
@@ -422,11 +452,13 @@ class Consumer:
         """Continue from the oldest object of every (to be) assigned partition that still
         exists: objects deleted past their topic's retention are stepped over (their
         notifications outlive them by a day)."""
+        self._check_open()
         self._seeker.to_beginning()
         self._reread()
 
     def seek_to_end(self) -> None:
         """Skip everything published so far in every (to be) assigned partition."""
+        self._check_open()
         self._seeker.to_end()
 
     def seek_to_time(self, timestamp_ms: int) -> None:
@@ -437,6 +469,8 @@ class Consumer:
         the min/max record timestamps notifications carry. Records older than ts inside
         the first object are skipped, whole blocks by their index without reading them.
         """
+        self._check_open()
+        _check_timestamp(timestamp_ms, "seek_to_time")
         self._seeker.to_time(timestamp_ms)
         self._reread()
 
@@ -445,6 +479,7 @@ class Consumer:
     def lag(self) -> Lag:
         """Notifications behind the end of each assigned partition, and records (estimated
         from the record counts of recent notifications)."""
+        self._check_open()
         if self._source is None or self._probe is None:
             raise MemqError("subscribe() to a topic, or assign() partitions, first")
         position = self.position()
@@ -500,3 +535,30 @@ class Consumer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _check_timeout(timeout: float | None) -> None:
+    if timeout is None:
+        return
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0:
+        raise ConfigError(
+            f"timeout must be seconds >= 0, or None to wait without limit (Kafka's -1), "
+            f"got {timeout!r}"
+        )
+
+
+def _check_timestamp(ts: int, what: str) -> None:
+    if isinstance(ts, bool) or not isinstance(ts, int) or ts < 0:
+        raise ConfigError(f"{what} needs a timestamp in epoch milliseconds >= 0, got {ts!r}")
+
+
+def _partition_of(entry: Any) -> int | None:
+    """The partition of an assign() entry, or None if it is not (topic, partition[, where])."""
+    if not isinstance(entry, tuple | list) or not 2 <= len(entry) <= 3:
+        return None
+    if not isinstance(entry[0], str) or isinstance(entry[1], bool):
+        return None
+    try:
+        return operator.index(entry[1])
+    except TypeError:
+        return None

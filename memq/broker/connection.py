@@ -350,8 +350,8 @@ class BrokerConnection(FramedProtocol[RawFrame]):
             limit = proc.config.block_limit
             if len(block) > limit:
                 raise MessageTooLargeError(
-                    f"block of {len(block)} bytes exceeds topic {topic!r}'s max_block_bytes "
-                    f"{limit}: lower the producer's batch.size"
+                    f"block of {len(block)} bytes exceeds the max_block_bytes of topic "
+                    f"{topic!r} ({limit}): lower the producer's batch.size"
                 )
             header = verify_block(block, max_uncompressed=max(limit * 64, 64 << 20))
             batch, index, dup = await proc.append(block, header, received, keyed=keyed)

@@ -177,8 +177,8 @@ def _app(server: HttpHost) -> web.Application:
             limit = proc.config.block_limit
             if len(block) > limit:
                 raise MessageTooLargeError(
-                    f"these {len(records)} records make a {len(block)}-byte block, over topic "
-                    f"{topic!r}'s limit of {limit} bytes: split the request"
+                    f"these {len(records)} records make a {len(block)}-byte block, over the "
+                    f"limit of topic {topic!r} ({limit} bytes): split the request"
                 )
             header = verify_block(block)
             batch, index, dup = await proc.append(memoryview(block), header, t0)

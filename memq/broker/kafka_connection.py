@@ -444,8 +444,8 @@ class KafkaConnection(KafkaStream):
             limit = proc.config.block_limit
             if len(block) > limit:
                 raise MessageTooLargeError(
-                    f"{count} records make a {len(block)}-byte block, over topic {topic!r}'s "
-                    f"limit of {limit} bytes: lower batch.size"
+                    f"{count} records make a {len(block)}-byte block, over the limit of "
+                    f"topic {topic!r} ({limit} bytes): lower batch.size"
                 )
             header = verify_block(block)
             batch, _index, dup = await proc.append(memoryview(block), header, t0)

@@ -25,7 +25,7 @@ from memq.aio import LoopInbox
 from memq.audit.client import ClientAudit
 from memq.client.bootstrap import resolve_client
 from memq.client.stats import StatsCollector, split_stats_cb, stats_ticker
-from memq.errors import ClientClosedError, MemqError, MessageTooLargeError
+from memq.errors import ClientClosedError, ConfigError, MemqError, MessageTooLargeError
 from memq.formats.block import BLOCK_HEADER_SIZE, Header
 from memq.producer.accumulator import RECORD_OVERHEAD, OpenBlock, SealedBlock, record_size
 from memq.producer.config import ProducerConfig
@@ -56,13 +56,32 @@ def _as_bytes(v: Any, what: str) -> bytes:
 def _headers(h: Mapping[str, Any] | Iterable[tuple[str, Any]] | None) -> tuple[Header, ...] | None:
     if not h:
         return None
+    if isinstance(h, str | bytes | bytearray | memoryview):
+        raise TypeError(f"headers must be a mapping or (name, value) pairs, not {type(h).__name__}")
     items = h.items() if isinstance(h, Mapping) else h
     out = []
-    for name, value in items:
+    for pair in items:
+        if not isinstance(pair, tuple | list) or len(pair) != 2:
+            raise TypeError(f"headers must be a mapping or (name, value) pairs, got {pair!r}")
+        name, value = pair
         if not isinstance(name, str):
             raise TypeError(f"header names must be str, not {type(name).__name__}")
         out.append((name, None if value is None else _as_bytes(value, f"header {name!r}")))
     return tuple(out)
+
+
+def _timestamp(ts: Any) -> int:
+    """A record's timestamp given by the caller: epoch milliseconds that fit an int64."""
+    if isinstance(ts, bool) or not isinstance(ts, int):
+        try:
+            ts = operator.index(ts) if not isinstance(ts, float) else int(ts)
+        except (TypeError, ValueError, OverflowError):
+            raise TypeError(
+                f"record timestamp must be an int (epoch milliseconds), not {type(ts).__name__}"
+            ) from None
+    if not -(1 << 63) <= ts < 1 << 63:
+        raise ConfigError(f"record timestamp {ts} does not fit an int64 (epoch milliseconds)")
+    return int(ts)
 
 
 class Producer(BlockFilling):
@@ -165,6 +184,8 @@ class Producer(BlockFilling):
         limit = self._limits.get(topic)
         if limit is not None:
             return limit
+        if not isinstance(topic, str):
+            raise TypeError(f"topic must be a str, not {type(topic).__name__}")
         tmeta = self._sender.meta.cached(topic)
         if tmeta is None and not self._on_io_thread() and self.config.max_block_ms > 0:
             fut = asyncio.run_coroutine_threadsafe(self._sender.meta.topic(topic), self._loop)
@@ -201,7 +222,7 @@ class Producer(BlockFilling):
         v = value if type(value) is bytes else _as_bytes(value, "value")
         k = key if key is None or type(key) is bytes else _as_bytes(key, "key")
         h = _headers(headers) if headers else None
-        ts = time.time_ns() // 1_000_000 if timestamp is None else int(timestamp)
+        ts = time.time_ns() // 1_000_000 if timestamp is None else _timestamp(timestamp)
         # (the common record, no key and no headers, sized without a call)
         size = len(v) + RECORD_OVERHEAD if k is None and h is None else record_size(k, v, h)
         limit = self._limits.get(topic) or self._block_limit(topic)
@@ -242,6 +263,10 @@ class Producer(BlockFilling):
         """
         if self._closed:
             raise ClientClosedError("producer is closed")
+        if isinstance(values, str | bytes | bytearray | memoryview) or not isinstance(
+            values, Iterable
+        ):
+            raise TypeError(f"values must be a list of bytes, not {type(values).__name__}")
         if not isinstance(values, list):
             values = list(values)
         if values and set(map(type, values)) != {bytes}:
@@ -250,7 +275,7 @@ class Producer(BlockFilling):
             if len(keys) != len(values):
                 raise ValueError(f"{len(keys)} keys for {len(values)} values")
             keys = [k if k is None or type(k) is bytes else _as_bytes(k, "key") for k in keys]
-        ts = int(time.time() * 1000) if timestamp is None else int(timestamp)
+        ts = int(time.time() * 1000) if timestamp is None else _timestamp(timestamp)
         limit = self._limits.get(topic) or self._block_limit(topic)
         # Record sizes (value + key + framing) with C-level loops only.
         lens = list(map(len, values))
@@ -387,6 +412,8 @@ class Producer(BlockFilling):
 
         Returns the number of records still pending (0 when everything completed).
         """
+        if self._on_io_thread():  # (it would wait for the thread it blocks)
+            raise MemqError("flush() cannot be called from a delivery callback")
         with self._lock:
             open_blocks = list(self._open)
         for acc in open_blocks:

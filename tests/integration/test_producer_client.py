@@ -14,6 +14,7 @@ from memq import BufferFullError, Producer
 from memq.config import S3Config
 from memq.devstack import StackState
 from memq.devstack.faultproxy import FaultProxy
+from memq.errors import MemqError
 from memq.formats import encode_batch, encode_block, parse_object_key
 from memq.producer.accumulator import RECORD_OVERHEAD
 from memq.run.broker import BrokerThread
@@ -214,3 +215,27 @@ def test_produce_batch_of_one_record_size_fills_blocks_in_order(
     full = max(counts)  # (what fits in 64 KiB)
     assert full * (100 + RECORD_OVERHEAD) > 60 * 1024
     assert counts[:-1] == [full] * (len(counts) - 1)
+
+
+def test_flush_or_close_in_a_delivery_callback_is_an_error_not_a_hang(
+    memq_stack: StackState, s3_bucket: str
+) -> None:
+    """flush() in an on_delivery callback waited for the I/O thread it was blocking:
+    that producer delivered nothing more, ever. Now it raises at once, as close() did."""
+    cfg = broker_config(memq_stack, bucket=s3_bucket, topics=["cb"], batch_ms=100)
+    raised: list[BaseException] = []
+
+    def cb(err: object, md: object) -> None:
+        for call in (lambda: p.flush(5), lambda: p.close(5)):
+            try:
+                call()
+            except MemqError as e:
+                raised.append(e)
+
+    with BrokerThread(cfg) as broker, Producer({"bootstrap.servers": broker.address}) as p:
+        p.produce("cb", b"first", on_delivery=cb).result(30)
+        assert p.produce("cb", b"second").result(30).topic == "cb"  # the thread goes on
+    assert [str(e) for e in raised] == [
+        "flush() cannot be called from a delivery callback",
+        "close() cannot be called from a delivery callback",
+    ]

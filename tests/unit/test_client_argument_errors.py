@@ -1,0 +1,112 @@
+"""Wrong arguments to the Python clients are one clear error at the call, typed, before
+anything is queued or sent (nothing here reaches a server: the bootstrap address is
+closed). Found by probing the API as a Kafka user would (2026-11-24)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from memq import Consumer, Producer
+from memq.errors import ClientClosedError, ConfigError, MemqError
+
+NOWHERE = {"bootstrap.servers": "127.0.0.1:1"}
+
+
+@pytest.fixture
+def producer() -> Any:
+    p = Producer(NOWHERE)
+    yield p
+    p.close(1)
+
+
+PRODUCE_CASES: list[tuple[Callable[[Any], object], type[Exception], str]] = [
+    # an out-of-range timestamp failed its whole block (every good record in it) at encode
+    (lambda p: p.produce("t", b"x", timestamp=2**64), ConfigError, "does not fit an int64"),
+    (lambda p: p.produce("t", b"x", timestamp=2**63), ConfigError, "does not fit an int64"),
+    (lambda p: p.produce("t", b"x", timestamp="abc"), TypeError, "must be an int"),
+    (lambda p: p.produce_batch("t", [b"x"], timestamp=-(2**63) - 1), ConfigError, "int64"),
+    (lambda p: p.produce("t", b"x", headers="abc"), TypeError, r"\(name, value\) pairs"),
+    (lambda p: p.produce("t", b"x", headers=["a"]), TypeError, r"\(name, value\) pairs"),
+    (lambda p: p.produce(None, b"x"), TypeError, "topic must be a str"),
+    # a str was taken as its characters: three records b"a", b"b", b"c"
+    (lambda p: p.produce_batch("t", "abc"), TypeError, "values must be a list of bytes"),
+    (lambda p: p.produce_batch("t", b"abc"), TypeError, "values must be a list of bytes"),
+    (lambda p: p.produce_batch("t", None), TypeError, "values must be a list of bytes"),
+]
+
+
+@pytest.mark.parametrize(("call", "kind", "says"), PRODUCE_CASES)
+def test_producer_argument_errors(
+    producer: Any, call: Callable[[Any], object], kind: type[Exception], says: str
+) -> None:
+    with pytest.raises(kind, match=says):
+        call(producer)
+    assert len(producer) == 0  # nothing was queued
+
+
+def test_timestamps_that_fit_are_taken() -> None:
+    p = Producer({**NOWHERE, "linger.ms": 60_000})
+    try:
+        for ts in (0, -(2**63), 2**63 - 1, 1_700_000_000_000.0):
+            p.produce("t", b"x", timestamp=ts)
+        assert len(p) == 4
+    finally:
+        p.close(0.1)  # (nothing can be delivered: they fail at close, as documented)
+
+
+CONSUMER_CASES: list[tuple[Callable[[Any], object], type[Exception], str]] = [
+    (lambda c: c.consume(0, 0.1), ConfigError, "num_messages >= 1"),  # returned []
+    (lambda c: c.consume(-1, 0.1), ConfigError, "num_messages >= 1"),
+    (lambda c: c.consume(5, -1), ConfigError, "None to wait without limit"),
+    (lambda c: c.consume(5, "1"), ConfigError, "timeout must be seconds"),
+    # a group consumer stopped delivering some partitions for good (None) or crashed the
+    # process with a non-exception KafkaError (-5)
+    (lambda c: c.seek_to_time(None), ConfigError, "epoch milliseconds >= 0"),
+    (lambda c: c.seek_to_time(-5), ConfigError, "epoch milliseconds >= 0"),
+    (lambda c: c.seek_to_time("abc"), ConfigError, "epoch milliseconds >= 0"),
+    (lambda c: c.offsets_for_times([("t", 0, "x")]), ConfigError, "epoch milliseconds"),
+    (lambda c: c.subscribe([]), ConfigError, "a topic name or a list"),  # AssertionError
+    (lambda c: c.subscribe(None), ConfigError, "a topic name or a list"),
+    (lambda c: c.assign("t1"), ConfigError, r"\(topic, partition\)"),  # IndexError
+    (lambda c: c.assign([("t1", "x")]), ConfigError, "an int partition"),
+    (lambda c: c.seek(5), TypeError, "MessageId"),  # AttributeError
+    (lambda c: c.seek("0:0:0:0"), MemqError, "before seeking"),  # "several topics"
+]
+
+
+@pytest.mark.parametrize(("call", "kind", "says"), CONSUMER_CASES)
+def test_consumer_argument_errors(
+    call: Callable[[Any], object], kind: type[Exception], says: str
+) -> None:
+    c = Consumer({**NOWHERE, "group.id": "g"})
+    try:
+        with pytest.raises(kind, match=says):
+            call(c)
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda c: c.position(),
+        lambda c: c.assignment(),
+        lambda c: c.seek_to_end(),
+        lambda c: c.seek_to_beginning(),
+        lambda c: c.seek_to_time(0),
+        lambda c: c.seek("0:0:0:0", "t"),
+        lambda c: c.pause([("t", 0)]),
+        lambda c: c.resume([("t", 0)]),
+        lambda c: c.lag(),
+        lambda c: c.committed(),
+    ],
+)
+def test_a_closed_consumer_says_so(call: Callable[[Any], object]) -> None:
+    """(these raised confluent-kafka's RuntimeError, or answered as if open)"""
+    c = Consumer({**NOWHERE, "group.id": "g"})
+    c.close()
+    with pytest.raises(ClientClosedError, match="consumer is closed"):
+        call(c)
