@@ -23,12 +23,13 @@ from memq.errors import (
     InvalidRequestError,
     MemqError,
     MessageTooLargeError,
+    NotWriterError,
     status_for_error,
 )
 from memq.formats.block import encode_block, verify_block
 from memq.formats.compression import Compression
 from memq.formats.keys import validate_name
-from memq.protocol import Ack, WriteAck, parse_ack
+from memq.protocol import Ack, ClusterMetadata, WriteAck, decode_msg, parse_ack
 from memq.security import peer_principal, verify_token
 
 __all__ = ["HttpHost", "start_http"]
@@ -82,6 +83,30 @@ def check_bearer(req: web.Request, secret: bytes | None) -> web.Response | None:
     except AuthenticationError as e:
         return web.json_response({"error": str(e)}, status=401)
     return None
+
+
+#: How long a request waits for this broker to be given a topic it was not assigned yet
+#: (just auto-created, or the governor's assignment not applied yet) before 421.
+ASSIGN_WAIT_S = 10.0
+
+
+async def _processor_once_assigned(server: HttpHost, topic: str) -> TopicProcessor:
+    """The topic's processor here. HTTP clients (curl) do not retry a 421 as MemQ's and
+    Kafka's clients do, so while no other broker writes the topic (a topic this request
+    auto-created, or one being assigned) the request waits for its assignment, up to
+    :data:`ASSIGN_WAIT_S`; a topic other brokers write is answered at once (421, with
+    where to go)."""
+    deadline = time.monotonic() + ASSIGN_WAIT_S
+    while True:
+        try:
+            return await server.processor_for(topic)
+        except NotWriterError as e:
+            meta = decode_msg(ClusterMetadata, e.body, "metadata") if e.body else None
+            t = meta.topics.get(topic) if meta is not None else None
+            elsewhere = t is not None and any(w != server.config.broker_id for w in t.writers)
+            if elsewhere or time.monotonic() >= deadline:
+                raise
+        await asyncio.sleep(0.1)  # (the assignment arrives through ZooKeeper: no event here)
 
 
 def _app(server: HttpHost) -> web.Application:
@@ -152,7 +177,7 @@ def _app(server: HttpHost) -> web.Application:
             server.authorize(principal, "produce", topic)
             if server.draining:
                 raise server.shutting_down_error()
-            proc = await server.processor_for(topic)
+            proc = await _processor_once_assigned(server, topic)
             try:
                 body = await req.read()
             except web.HTTPRequestEntityTooLarge:

@@ -78,7 +78,15 @@ def _bytes(rec: dict[str, Any], name: str, i: int, *, required: bool) -> bytes |
         raise InvalidRequestError(
             f"record {i}: {name} must be a string (use {name}_b64 for binary data)"
         )
-    return text.encode("utf-8")
+    return _utf8(text, f"record {i}: {name}", f" (use {name}_b64 for binary data)")
+
+
+def _utf8(text: str, what: str, hint: str = "") -> bytes:
+    """``text`` as UTF-8; JSON can carry lone surrogates (``"\\ud800"``), which are not text."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidRequestError(f"{what} is not valid Unicode text{hint}") from None
 
 
 def _headers(raw: Any, i: int) -> tuple[tuple[str, bytes | None], ...] | None:
@@ -90,7 +98,9 @@ def _headers(raw: Any, i: int) -> tuple[tuple[str, bytes | None], ...] | None:
     for name, value in raw.items():
         if value is not None and not isinstance(value, str):
             raise InvalidRequestError(f"record {i}: header {name!r} must be text or null")
-        out.append((str(name), None if value is None else value.encode("utf-8")))
+        out.append(
+            (str(name), None if value is None else _utf8(value, f"record {i}: header {name!r}"))
+        )
     return tuple(out) or None
 
 
@@ -107,8 +117,8 @@ def parse_records(body: bytes, content_type: str, now_ms: int | None = None) -> 
         return [(now, None, line.removesuffix(b"\r"), None) for line in lines]
     if ctype != "application/json":
         raise InvalidRequestError(
-            f"unsupported Content-Type {content_type!r}: use application/json, text/plain "
-            "or application/x-ndjson"
+            f"unsupported Content-Type {content_type!r}: use application/json, text/plain, "
+            "application/x-ndjson or application/octet-stream"
         )
     try:
         doc = json.loads(body)
