@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from memq.cli.options import STATE_DIR, topic_name
+from memq.cli.options import STATE_DIR, http_url, topic_name
 from memq.client.profile import load_profile
 from memq.errors import ConfigError, MemqError
 
@@ -130,7 +130,9 @@ def report(
         "read from the beginning). Default: from the oldest block a group consumed.",
     ),
     url: str | None = typer.Option(
-        None, help="Auditor URL (default: the local stack's, else http://127.0.0.1:8080)."
+        None,
+        help="Auditor URL (default: the local stack's, else http://127.0.0.1:8080).",
+        callback=http_url,
     ),
     db: Path | None = typer.Option(
         None, help="Read this auditor SQLite file directly instead of asking a running auditor."

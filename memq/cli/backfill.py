@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from memq.cli.options import STATE_DIR
+from memq.cli.options import STATE_DIR, http_url
 from memq.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -88,7 +88,10 @@ def backfill(
         help="MemQ cluster name in the keys (default: the local stack's, else 'default').",
     ),
     endpoint_url: str | None = typer.Option(
-        None, "--endpoint-url", help="S3 endpoint for non-AWS S3 (default: the dev stack's)."
+        None,
+        "--endpoint-url",
+        help="S3 endpoint for non-AWS S3 (default: the dev stack's).",
+        callback=http_url,
     ),
     region: str | None = typer.Option(None, "--region", help="S3 region."),
     hash_prefix: str = typer.Option(

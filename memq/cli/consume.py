@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from memq.cli.options import BOOTSTRAP, STATE_DIR, positive, topic_name
+from memq.cli.options import BOOTSTRAP, STATE_DIR, http_url, positive, topic_name
 from memq.cli.produce import field_format, pairs, separator, usage_config
 from memq.errors import MemqError
 
@@ -365,7 +365,10 @@ def cat(
     uri: str = typer.Argument(..., help="s3://bucket/key or a local file path."),
     records: int = typer.Option(0, min=0, help="Also print the first N records (json lines)."),
     endpoint_url: str | None = typer.Option(
-        None, envvar="MEMQ_S3_ENDPOINT", help="S3 endpoint (default: AWS, or the local stack's)."
+        None,
+        envvar="MEMQ_S3_ENDPOINT",
+        help="S3 endpoint (default: AWS, or the local stack's).",
+        callback=http_url,
     ),
     region: str | None = typer.Option(None, help="S3 region."),
     state_dir: Path | None = STATE_DIR,

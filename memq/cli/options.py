@@ -9,6 +9,7 @@ __all__ = [
     "STATE_DIR",
     "acks_value",
     "compression_value",
+    "http_url",
     "key_value_pairs",
     "non_empty",
     "positive",
@@ -60,6 +61,19 @@ def positive(value: float | None) -> float | None:
     """A number above 0 (None: not given)."""
     if value is not None and not value > 0:
         raise typer.BadParameter(f"{value:g} must be above 0")
+    return value
+
+
+def http_url(value: str | None) -> str | None:
+    """An http(s)://host[:port] URL (None: not given), else a usage error (urllib and
+    boto3 raise a ValueError deep inside for one without a scheme)."""
+    from urllib.parse import urlsplit
+
+    if value is None:
+        return None
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise typer.BadParameter(f"{value!r} is not a URL: use http(s)://host:port")
     return value
 
 

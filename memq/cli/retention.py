@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from memq.cli.options import BOOTSTRAP, JSON, STATE_DIR, key_value_pairs, topic_name
+from memq.cli.options import BOOTSTRAP, JSON, STATE_DIR, http_url, key_value_pairs, topic_name
 
 __all__ = ["app", "delete_topic", "kafka_view"]
 
@@ -158,7 +158,10 @@ def apply_lifecycle(
     ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the rules; change nothing."),
     endpoint_url: str | None = typer.Option(
-        None, envvar="MEMQ_S3_ENDPOINT", help="S3 endpoint (default: the topics' storage)."
+        None,
+        envvar="MEMQ_S3_ENDPOINT",
+        help="S3 endpoint (default: the topics' storage).",
+        callback=http_url,
     ),
     region: str | None = typer.Option(None, help="S3 region (default: the topics' storage)."),
     bootstrap: str | None = BOOTSTRAP,

@@ -33,6 +33,10 @@ CASES = [
     (["topic", "create", "t", "--partitions", "0"], "'--partitions'"),
     (["topic", "create", "t", "--expected-mbps", "-3"], "'--expected-mbps'"),
     (["audit", "report", "--topic", "t", "--limit", "-1"], "'--limit'"),
+    # (urllib raised "unknown url type" as a traceback; host:port alone read as unreachable)
+    (["audit", "report", "--topic", "t", "--url", "notaurl"], "use http(s)://host:port"),
+    (["audit", "report", "--topic", "t", "--url", "127.0.0.1:8080"], "is not a URL"),
+    (["cat", "s3://b/k", "--endpoint-url", "foo"], "use http(s)://host:port"),
     (["dev", "up", "--s3-port", "70000"], "'--s3-port'"),
     (["token", "create", "--principal", ""], "'--principal'"),
     # (what the user typed is printed as typed: square brackets are not Rich markup)
