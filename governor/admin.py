@@ -29,12 +29,21 @@ __all__ = ["cluster_status", "create_topic", "delete_topic", "update_topic", "va
 log = logging.getLogger(__name__)
 
 
+def _no_name(settings: dict[str, Any]) -> None:
+    if "name" in settings:  # (it was silently replaced by the topic's own name)
+        raise InvalidRequestError(
+            f"name={settings['name']!r} is not a setting: a topic's name is given apart "
+            "from its settings and a topic cannot be renamed"
+        )
+
+
 def validated_topic(config: BrokerConfig, name: str, settings: dict[str, Any]) -> TopicConfig:
     """The config of a new topic ``name``: the broker's topic defaults, then ``settings``."""
     try:
         validate_name("topic", name)
     except Exception as e:
         raise InvalidRequestError(str(e)) from None
+    _no_name(settings)
     defaults = config.topic_defaults
     base = defaults.model_dump(by_alias=True, exclude_unset=True) if defaults else {}
     try:
@@ -78,6 +87,7 @@ def update_topic(
     returns the new config without secrets."""
     from kazoo.exceptions import BadVersionError
 
+    _no_name(settings)
     data, stat = read_json(zk, layout.topic(name))
     if data is None or stat is None:
         raise UnknownTopicError(f"topic {name!r} does not exist: create it first")

@@ -23,7 +23,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from memq.errors import AuthorizationError
+from memq.errors import AuthorizationError, InvalidRequestError
 
 __all__ = ["OPS", "AclEntry", "AclTable", "Op"]
 
@@ -96,7 +96,18 @@ def add_entry(entries: list[AclEntry], new: AclEntry) -> list[AclEntry]:
 
 
 def remove_entry(entries: list[AclEntry], gone: AclEntry) -> list[AclEntry]:
-    """Entries without ``gone``'s ops for its principal and topic (emptied entries dropped)."""
+    """Entries without ``gone``'s ops for its principal and topic (emptied entries dropped).
+
+    InvalidRequestError when no entry grants any of them: a mistyped principal or topic
+    must not look like a revoked grant."""
+    if not any(
+        (e.principal, e.topic) == (gone.principal, gone.topic) and set(e.ops) & set(gone.ops)
+        for e in entries
+    ):
+        raise InvalidRequestError(
+            f"no ACL entry grants {gone.principal!r} {'/'.join(gone.ops)} on {gone.topic!r}: "
+            "nothing removed (memq acl list shows the entries)"
+        )
     out = []
     for e in entries:
         if (e.principal, e.topic) == (gone.principal, gone.topic):

@@ -185,6 +185,8 @@ def test_acl_cli_on_a_tls_dev_stack(memq_stack: StackState, tmp_path: Any) -> No
         assert listed.returncode == 0 and "team-a" in listed.stdout and "logs.*" in listed.stdout
         rm = memq("acl", "remove", "-p", "team-a", "-t", "logs.*", "-o", "produce", "--json")
         assert rm.returncode == 0, rm.stderr
+        typo = memq("acl", "remove", "-p", "team-b", "-t", "logs.*", "-o", "produce")
+        assert typo.returncode == 1 and "nothing removed" in typo.stderr, typo.stderr
         assert time.monotonic() - t0 < 60
     finally:
         assert memq("dev", "down").returncode == 0

@@ -121,6 +121,10 @@ def test_topic_describe_shows_set_settings_and_delete_answers_no(
     table = memq(memq_stack, "topic", "describe", topic).stdout
     rows = [[c.strip() for c in line.split("│")[1:3]] for line in table.splitlines()]
     assert ["batch.ms", "500"] in rows
+    for verb in ("update", "create"):  # (name= was accepted and silently ignored)
+        proc = memq(memq_stack, "topic", verb, topic if verb == "update" else topic + "-2",
+                    "--set", "name=renamed")  # fmt: skip
+        assert proc.returncode == 1 and "a topic cannot be renamed" in proc.stderr, proc.stderr
     proc = memq(memq_stack, "topic", "delete", topic, stdin=b"n\n")
     assert proc.returncode == 1 and f"topic {topic} not deleted" in proc.stderr
     assert topic in memq(memq_stack, "topic", "list").stdout

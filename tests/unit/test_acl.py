@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from memq.acl import AclEntry, AclTable, add_entry, remove_entry
-from memq.errors import AuthorizationError
+from memq.errors import AuthorizationError, InvalidRequestError
 
 
 def e(principal: str, topic: str, *ops: str) -> AclEntry:
@@ -46,6 +46,10 @@ def test_add_merges_and_remove_drops_emptied_entries() -> None:
     entries = add_entry(entries, e("bi", "t", "consume"))
     entries = remove_entry(entries, e("app", "t", "produce", "consume"))
     assert entries == [e("bi", "t", "consume")]
+    # a grant that does not exist (a typo) is an error, not a quiet no-op
+    for gone in (e("ib", "t", "consume"), e("bi", "x", "consume"), e("bi", "t", "produce")):
+        with pytest.raises(InvalidRequestError, match="nothing removed"):
+            remove_entry(entries, gone)
 
 
 @pytest.mark.parametrize(
