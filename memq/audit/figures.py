@@ -238,6 +238,8 @@ class Figures:
             gf.status = "missing"
         elif gf.duplicate_blocks or gf.unaudited_blocks:
             gf.status = "warn"
+        elif gf.last_consumed_ms is None:  # (never consumed this topic: nothing proven)
+            gf.status = "unconsumed"
         return gf
 
     def timeseries(

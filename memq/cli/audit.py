@@ -144,7 +144,7 @@ def report(
     """Produced, consumed, missing, pending, duplicates (handed out twice), duplicates the
     consumers dropped, mismatches and latency for a topic. Exit 0 when nothing is
     missing, 1 when records are missing or mismatched, 2 when there is no audit data for
-    the topic (nothing can be proven). A table per topic, or one group after another
+    the topic, or --group names a group that consumed none of it (nothing can be proven). A table per topic, or one group after another
     where the terminal is too narrow for it (names and figures are never cut)."""
     params = {
         "since": since,
@@ -174,6 +174,14 @@ def report(
     else:
         _print(doc, t, missing)
     if t is None or (t["produced_blocks"] == 0 and not t["groups"]):
+        raise typer.Exit(EXIT_NO_DATA)
+    if group is not None and all(g["status"] == "unconsumed" for g in t["groups"]):
+        err.print(
+            f"group {group!r} has consumed nothing of topic {topic!r} (that the auditor "
+            "knows of): nothing is proven for it; check the name (memq group list)",
+            highlight=False,
+            markup=False,
+        )
         raise typer.Exit(EXIT_NO_DATA)
     if any(g["missing_blocks"] or g["mismatches"] for g in t["groups"]):
         raise typer.Exit(EXIT_LOSS)

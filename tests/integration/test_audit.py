@@ -220,6 +220,10 @@ def test_loss_is_reported_with_the_object_key_and_the_report_fails(
         out = subprocess.run([*report, "--url", url], capture_output=True, text=True, check=False)
         assert out.returncode == 1, out.stdout + out.stderr
         assert victim in out.stdout.replace("\n", "")
+        typo = subprocess.run(  # a group that consumed nothing proves nothing: not "ok"
+            [*report, "--url", url, "--group", "gg"], capture_output=True, text=True, check=False
+        )
+        assert typo.returncode == 2 and "has consumed nothing" in typo.stderr, typo.stderr
         as_json = subprocess.run(
             [*report, "--url", url, "--json"], capture_output=True, text=True, check=False
         )

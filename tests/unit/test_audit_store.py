@@ -150,6 +150,16 @@ def test_unconsumed_topic(store: AuditStore) -> None:
     assert t.groups == [] and t.status == "unconsumed"
 
 
+def test_a_named_group_that_consumed_nothing_is_unconsumed_not_ok(store: AuditStore) -> None:
+    """(`memq audit report -g <typo>` said ok and exited 0: nothing was proven)"""
+    store.apply([produced(i, T0 + i) for i in range(3)])
+    store.apply([consumed(i, T0 + 10_000) for i in range(3)])
+    (g,) = figures(store, T0 + 60_000, group="nosuchgroup").groups
+    assert (g.consumed_blocks, g.missing_blocks, g.status) == (0, 0, "unconsumed")
+    (g,) = figures(store, T0 + 60_000, group="g").groups
+    assert g.status == "ok"
+
+
 def test_identity_includes_producer_and_u64_round_trips(store: AuditStore) -> None:
     big = (1 << 64) - 5
     store.apply([produced(1, T0, pid=big), produced(1, T0, pid=1)])
