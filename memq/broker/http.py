@@ -8,7 +8,7 @@ import asyncio
 import functools
 import ssl
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any, Protocol
 
 import msgpack
@@ -107,6 +107,27 @@ async def _processor_once_assigned(server: HttpHost, topic: str) -> TopicProcess
             if elsewhere or time.monotonic() >= deadline:
                 raise
         await asyncio.sleep(0.1)  # (the assignment arrives through ZooKeeper: no event here)
+
+
+@web.middleware
+async def _json_errors(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """aiohttp's own refusals under /v1/ (no such path, wrong method, a body it cannot
+    decode) as the documented JSON error, like every other ingest error."""
+    try:
+        return await handler(request)
+    except web.HTTPException as e:
+        if e.status < 400 or not request.path.startswith("/v1/"):
+            raise
+        what = e.text if e.text and e.text != f"{e.status}: {e.reason}" else e.reason
+        doc = {
+            "error": f"{request.method} {request.path}: {what} (records are written with "
+            "POST /v1/topics/{topic}/records)",
+            "status": "INVALID_REQUEST",
+        }
+        headers = {"Allow": e.headers["Allow"]} if "Allow" in e.headers else None
+        return web.json_response(doc, status=e.status, headers=headers)
 
 
 def _app(server: HttpHost) -> web.Application:
@@ -234,7 +255,7 @@ def _app(server: HttpHost) -> web.Application:
         return web.json_response(OPENAPI)
 
     # Bodies up to a frame: one request is one block (the topic's limit is checked too).
-    app = web.Application(client_max_size=server.config.max_frame_bytes)
+    app = web.Application(client_max_size=server.config.max_frame_bytes, middlewares=[_json_errors])
     app.router.add_post("/v1/topics/{topic}/records", ingest)
     app.router.add_get("/openapi.json", openapi)
     app.router.add_get("/metrics", metrics)

@@ -152,6 +152,30 @@ def test_bad_requests_get_a_4xx_with_a_message_and_store_nothing(
     assert read_objects(memq_stack.s3_client(), s3_bucket) == []
 
 
+@pytest.mark.parametrize(
+    ("method", "path", "headers", "status"),
+    [
+        ("GET", "/v1/topics/events/records", {}, 405),
+        ("PUT", "/v1/topics/events/records", {}, 405),
+        ("POST", "/v1/topics//records", {}, 404),
+        ("POST", "/v1/topic/events/records", {}, 404),
+    ],
+)
+def test_refusals_by_the_http_server_itself_are_json_too(
+    broker: BrokerThread, method: str, path: str, headers: dict[str, str], status: int
+) -> None:
+    """(they were aiohttp's text/plain pages: '405: Method Not Allowed')"""
+    req = urllib.request.Request(url(broker, path), data=b"x" if method != "GET" else None,
+                                 method=method, headers={"Content-Type": "text/plain", **headers})  # fmt: skip
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req, timeout=60)
+    assert e.value.code == status and e.value.headers["Content-Type"].startswith("application/json")
+    doc = json.loads(e.value.read())
+    assert doc["status"] == "INVALID_REQUEST" and "POST /v1/topics/{topic}/records" in doc["error"]
+    if status == 405:
+        assert "POST" in e.value.headers["Allow"]
+
+
 def test_an_oversized_body_is_413(
     broker: BrokerThread, memq_stack: StackState, s3_bucket: str
 ) -> None:
