@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from memq.consumer.message import Chunk, Message, Records
-from memq.errors import CorruptObjectError, MemqFormatError
+from memq.errors import CorruptObjectError, InvalidPositionError, MemqFormatError
 from memq.formats.batch import (
     BATCH_PREFIX_SIZE,
     BatchHeader,
@@ -121,6 +121,8 @@ def fetch_object(
             header = decode_batch_header(reader.read(note.bucket, note.key, 0, hlen))
             _verify_header(header, note)
             first = start.block
+            if first > header.block_count or (first == header.block_count and start.record):
+                raise _no_such_record(note, partition, offset, start, header.block_count)
             if start.min_timestamp is not None:  # skip whole blocks older than the floor
                 while (
                     first < header.block_count
@@ -182,6 +184,8 @@ def _decode(
             bh.producer_id, bh.epoch, bh.sequence,
         )  # fmt: skip
         skip = start.record if bi == start.block else 0
+        if skip > len(ts):
+            raise _no_such_record(note, partition, offset, start, header.block_count, len(ts))
         parts = [whole.part(skip, len(ts))] if skip < len(ts) else []
         if floor is not None and parts and min(ts) < floor:
             parts = _at_or_after(parts[0], floor)
@@ -194,6 +198,27 @@ def _decode(
                 BlockAudit(bi, bh.producer_id, bh.epoch, bh.sequence, count, crc, bh.min_timestamp)
             )
     return Records(chunks)
+
+
+def _no_such_record(
+    note: Notification,
+    partition: int,
+    offset: int,
+    start: Start,
+    blocks: int,
+    records: int | None = None,
+) -> InvalidPositionError:
+    """A start position past the end of its object (or of its block): one line."""
+    what = (
+        f"its block {start.block} has {records} records"
+        if records is not None
+        else f"it has {blocks} blocks"
+    )
+    return InvalidPositionError(
+        f"{note.topic}[{partition}] offset {offset}: there is no record "
+        f"{partition}:{offset}:{start.block}:{start.record}, {what} (object {note.key}); "
+        "start at an id a consumer handed out, or at an offset"
+    )
 
 
 def _at_or_after(chunk: Chunk, floor: int) -> list[Chunk]:

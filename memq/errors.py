@@ -27,6 +27,7 @@ __all__ = [
     "CorruptObjectError",
     "DevStackError",
     "FrameTooLargeError",
+    "InvalidPositionError",
     "InvalidRequestError",
     "MalformedError",
     "MemqError",
@@ -198,6 +199,11 @@ class UnknownTopicError(MemqError):
 
 class TopicExistsError(MemqError):
     status = StatusCode.TOPIC_EXISTS
+
+
+class InvalidPositionError(MemqError):
+    """A position inside an object (``MessageId`` block and record) that names no
+    record of that object: past its last block, or past its block's last record."""
 
 
 class MessageTooLargeError(MemqError):

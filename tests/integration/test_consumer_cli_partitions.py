@@ -101,6 +101,11 @@ def test_consume_without_a_group_and_by_partition(memq_stack: StackState, unique
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert ids(proc) == by_part[part][7:10]
+    # An id that names no record is an error, not "0 records" (nor the next object on).
+    p_, o_, b_, _ = target.split(":")
+    proc = memq(memq_stack, "consume", "-t", topic, "--from-message-id", f"{p_}:{o_}:{b_}:99999")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"there is no record {p_}:{o_}:{b_}:99999" in proc.stderr
 
     # Usage errors say what to do.
     proc = memq(memq_stack, "consume", "-t", topic, "--offset", "3")

@@ -22,7 +22,7 @@ from memq.consumer.fetcher import Start, _decode, fetch_object
 from memq.consumer.handout import Current, Deduplicator
 from memq.consumer.message import Chunk, Message, RecordBatch, Records
 from memq.consumer.pending import Pending
-from memq.errors import CorruptObjectError, MalformedError
+from memq.errors import CorruptObjectError, InvalidPositionError, MalformedError
 from memq.formats import Compression, encode_batch, encode_block
 from memq.formats.batch import decode_batch, decode_batch_header
 from memq.formats.block import (
@@ -345,3 +345,28 @@ def test_corrupt_objects_raise_typed_errors_through_the_columnar_path() -> None:
             fetch_object(MemoryReader(bytes(bad)), note, 0, 0)  # type: ignore[arg-type]
     with pytest.raises(CorruptObjectError):  # starting mid-object (range reads), block 1 bad
         fetch_object(MemoryReader(bytes(bad)), note, 0, 0, Start(1, 2))  # type: ignore[arg-type]
+
+
+def test_a_start_past_the_end_of_its_object_or_block_is_an_error() -> None:
+    """A position that names no record is an error, never "nothing there, next object"."""
+    obj = batch_of([[(i, None, b"x" * 20, None) for i in range(5)]] * 2)
+    note, reader = note_for(obj), MemoryReader(obj)
+
+    def fetched(start: Start) -> list[bytes]:
+        got = fetch_object(reader, note, 3, 9, start)  # type: ignore[arg-type]
+        return [m.value for m in got.messages]
+
+    # Every real position and both ends: the rest of the object from there.
+    assert len(fetched(Start(0, 0))) == 10 and len(fetched(Start(0, 4))) == 6
+    assert len(fetched(Start(1, 0))) == 5 and len(fetched(Start(1, 5))) == 0
+    assert fetched(Start(2, 0)) == []  # just after the last block: where a commit may point
+    assert len(fetched(Start(0, 5))) == 5  # the end of block 0: block 1 follows
+    for start, what in (
+        (Start(0, 6), "its block 0 has 5 records"),
+        (Start(1, 6), "its block 1 has 5 records"),
+        (Start(2, 1), "it has 2 blocks"),
+        (Start(99, 0), "it has 2 blocks"),
+    ):
+        with pytest.raises(InvalidPositionError) as e:
+            fetched(start)
+        assert f"no record 3:9:{start.block}:{start.record}, {what}" in str(e.value)
