@@ -27,6 +27,7 @@ __all__ = [
     "CorruptObjectError",
     "DevStackError",
     "FrameTooLargeError",
+    "IdempotencyKeyReusedError",
     "InvalidPositionError",
     "InvalidRequestError",
     "MalformedError",
@@ -172,6 +173,11 @@ class InvalidRequestError(ProtocolError):
     """A well-framed request whose content is invalid (bad field, bad ack mode, ...)."""
 
     status = StatusCode.INVALID_REQUEST
+
+
+class IdempotencyKeyReusedError(InvalidRequestError):
+    """An HTTP ``Idempotency-Key`` the broker still remembers, sent with another body:
+    not a retry (a retry sends the same body), and not stored as new records either."""
 
 
 class ConnectionLostError(ProtocolError):

@@ -16,10 +16,17 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from memq.broker.host import BrokerHost
-from memq.broker.ingest import OPENAPI, http_status, idempotent_id, parse_records
+from memq.broker.ingest import (
+    OPENAPI,
+    body_fingerprint,
+    http_status,
+    idempotent_id,
+    parse_records,
+)
 from memq.broker.processor import TopicProcessor
 from memq.errors import (
     AuthenticationError,
+    IdempotencyKeyReusedError,
     InvalidRequestError,
     MemqError,
     MessageTooLargeError,
@@ -208,8 +215,10 @@ def _app(server: HttpHost) -> web.Application:
                 ) from None
             records = parse_records(body, req.content_type)
             key = req.headers.get("Idempotency-Key")
+            fingerprint = None
             if key is not None:
                 pid, seq = idempotent_id(principal, key), 0
+                fingerprint = body_fingerprint(body, req.content_type)
             else:
                 pid, seq = server.http_producer_id, server.next_http_sequence()
             loop = asyncio.get_running_loop()
@@ -227,7 +236,16 @@ def _app(server: HttpHost) -> web.Application:
                     f"limit of topic {topic!r} ({limit} bytes): split the request"
                 )
             header = verify_block(block)
-            batch, index, dup = await proc.append(memoryview(block), header, t0)
+            try:
+                batch, index, dup = await proc.append(
+                    memoryview(block), header, t0, fingerprint=fingerprint
+                )
+            except IdempotencyKeyReusedError:
+                raise IdempotencyKeyReusedError(
+                    f"Idempotency-Key {key!r} was used within the broker's dedup window for a "
+                    "request with another body: a retry must send the same body; use a new "
+                    "key for new records"
+                ) from None
             answer: dict[str, Any] = {"topic": topic, "records": len(records),
                                       "producer_id": pid, "sequence": seq}  # fmt: skip
             if ack == Ack.NONE:

@@ -31,7 +31,7 @@ import json
 import time
 from typing import Any
 
-from memq.errors import InvalidRequestError, MemqError, StatusCode
+from memq.errors import IdempotencyKeyReusedError, InvalidRequestError, MemqError, StatusCode
 from memq.formats.block import Record
 
 __all__ = ["OPENAPI", "http_status", "idempotent_id", "parse_records"]
@@ -56,6 +56,8 @@ _HTTP = {
 
 
 def http_status(err: MemqError) -> int:
+    if isinstance(err, IdempotencyKeyReusedError):
+        return 422
     return _HTTP.get(err.status, 500)
 
 
@@ -140,6 +142,11 @@ def parse_records(body: bytes, content_type: str, now_ms: int | None = None) -> 
             (ts, _bytes(rec, "key", i, required=False), value, _headers(rec.get("headers"), i))
         )
     return out
+
+
+def body_fingerprint(body: bytes, content_type: str) -> bytes:
+    """What tells a retry (the same body) from a reused Idempotency-Key (another body)."""
+    return hashlib.blake2b(body, digest_size=16, person=content_type.encode()[:16]).digest()
 
 
 def idempotent_id(principal: str | None, key: str) -> int:
@@ -231,6 +238,7 @@ OPENAPI: dict[str, Any] = {
                             (403, "the principal may not produce to the topic"),
                             (404, "unknown topic"),
                             (413, "body larger than the topic's block limit"),
+                            (422, "Idempotency-Key reused with a different body"),
                             (421, "this broker does not write the topic: use a writer"),
                             (429, "throttled: retry with backoff"),
                             (503, "storage or Kafka failed, or shutting down: retry"),

@@ -31,6 +31,7 @@ from memq.broker.pool import BufferPool, size_classes
 from memq.config import TopicConfig
 from memq.errors import (
     BrokerShuttingDownError,
+    IdempotencyKeyReusedError,
     MemqError,
     MessageTooLargeError,
     NotificationError,
@@ -125,7 +126,8 @@ class TopicProcessor:
         self._open: Batch | None = None
         self._seq = 0
         self._uploads: set[asyncio.Task[None]] = set()
-        self._recent: OrderedDict[BlockId, tuple[Batch, int]] = OrderedDict()
+        #: Recent block ids: their batch, index in it and fingerprint (see :meth:`append`).
+        self._recent: OrderedDict[BlockId, tuple[Batch, int, bytes | None]] = OrderedDict()
         self._closing: type[MemqError] | None = None
         #: The upload of the last keyed batch sealed (the next keyed one is notified after).
         self._last_keyed: asyncio.Task[None] | None = None
@@ -151,11 +153,20 @@ class TopicProcessor:
     # --- writes -------------------------------------------------------------------------
 
     async def append(
-        self, block: memoryview, header: BlockHeader, received: float, *, keyed: bool = False
+        self,
+        block: memoryview,
+        header: BlockHeader,
+        received: float,
+        *,
+        keyed: bool = False,
+        fingerprint: bytes | None = None,
     ) -> tuple[Batch, int, bool]:
         """Copy a verified block into the open batch; returns (batch, block index, duplicate).
 
         ``keyed`` (the WRITE's keyed flag) makes the batch keyed: see :meth:`_notify_after`.
+        ``fingerprint`` (a digest of what the block was made from, HTTP ingest) is kept
+        with the block's id: a later block of the same id with another fingerprint is not
+        a duplicate but a reused id (IdempotencyKeyReusedError).
 
         Raises ThrottledError when no buffer frees up in time, or the error the
         processor is closing with.
@@ -167,6 +178,8 @@ class TopicProcessor:
         if (
             seen is not None
         ):  # failed batches are forgotten, so this one is open, uploading or stored
+            if fingerprint is not None and seen[2] not in (None, fingerprint):
+                raise IdempotencyKeyReusedError(f"block id {bid} was written with other content")
             self.metrics.duplicates.labels(self.topic).inc()
             return seen[0], seen[1], True
         n = len(block)
@@ -198,7 +211,7 @@ class TopicProcessor:
             index = batch.builder.append(block, header)
             batch.keyed = batch.keyed or keyed
             batch.block_ids.append(bid)
-            self._remember(bid, batch, index)
+            self._remember(bid, batch, index, fingerprint)
             self.bytes_received += n
             self._m_bytes_in.inc(n)
             self._m_blocks.inc()
@@ -224,8 +237,8 @@ class TopicProcessor:
     def note_ack1(self, batch: Batch, records: int) -> None:
         batch.ack1_records += records
 
-    def _remember(self, bid: BlockId, batch: Batch, index: int) -> None:
-        self._recent[bid] = (batch, index)
+    def _remember(self, bid: BlockId, batch: Batch, index: int, fp: bytes | None) -> None:
+        self._recent[bid] = (batch, index, fp)
         if len(self._recent) > DEDUP_WINDOW:
             self._recent.popitem(last=False)
 

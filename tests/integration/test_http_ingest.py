@@ -92,8 +92,15 @@ def test_an_idempotency_key_makes_a_retry_a_duplicate(
     again = post(u, body, "application/json", **{"Idempotency-Key": "req-42"})
     assert first[0] == again[0] == 200
     assert not first[1]["stored"]["duplicate"] and again[1]["stored"]["duplicate"]
+    # The same key with another body is no retry: refused (422), nothing stored.
+    other = post(u, json.dumps({"records": [{"value": "twice"}]}).encode(), "application/json",
+                 **{"Idempotency-Key": "req-42"})  # fmt: skip
+    assert other[0] == 422 and other[1]["status"] == "INVALID_REQUEST", other
+    assert "Idempotency-Key 'req-42'" in other[1]["error"] and "new key" in other[1]["error"]
+    # ...while a new key is new records.
+    assert post(u, body, "application/json", **{"Idempotency-Key": "req-43"})[0] == 200
     assert [r[2] for o in read_objects(memq_stack.s3_client(), s3_bucket, topic="events")
-            for r in o.records] == [b"once"]  # fmt: skip
+            for r in o.records] == [b"once", b"once"]  # fmt: skip
 
 
 @pytest.mark.parametrize(
