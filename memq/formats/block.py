@@ -249,6 +249,11 @@ def _frame(
     if len(raw) > _U32:
         raise MalformedError(f"block body of {len(raw)} bytes exceeds the 4 GiB format limit")
     body = compress(compression, raw)
+    if len(body) >= len(raw) and compression != Compression.NONE:
+        # A codec that does not shrink the payload (incompressible values) would only
+        # cost the reader a decompression, and could push the block over a size limit
+        # its records fit: the block is stored uncompressed instead.
+        body, compression = raw, Compression.NONE
     rest = _HEADER.pack(
         BLOCK_MAGIC,
         BLOCK_VERSION,

@@ -27,7 +27,8 @@ class ProducerConfig(AuditedClientConfig):
     linger_ms: float = Field(default=20, ge=0, alias="linger.ms")
     #: Largest block (request) in bytes, before compression; capped by the topic's limit.
     batch_size: int = Field(default=MiB, ge=1024, le=256 * MiB, alias="batch.size")
-    #: Block codec: none, gzip, zstd or lz4 (the broker never recompresses).
+    #: Block codec: none, gzip, zstd or lz4 (the broker never recompresses); a block it
+    #: would not shrink is stored uncompressed.
     compression_type: Compression = Field(default=Compression.ZSTD, alias="compression.type")
     #: Retries of a failed request (bounded in time by delivery.timeout.ms).
     retries: int = Field(default=2_147_483_647, ge=0, alias="retries")

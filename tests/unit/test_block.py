@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import contextlib
+import random
 import tracemalloc
 
 import pytest
@@ -18,6 +19,7 @@ from memq.errors import (
 )
 from memq.formats import Compression, decode_block, encode_block, verify_block
 from memq.formats.block import _HEADER, BLOCK_HEADER_SIZE, decode_block_header
+from memq.formats.compression import compress
 from tests.unit.corruption import every_bit_flip, every_truncation, random_flips
 from tests.unit.strategies import compressions, record_lists, u32, u64
 
@@ -36,7 +38,13 @@ def test_round_trip(records, codec, pid, epoch, seq):
     assert header.record_count == len(records)
     assert header.min_timestamp == min(r[0] for r in records)
     assert header.max_timestamp == max(r[0] for r in records)
-    assert header.compression is codec
+    # The codec asked for, or none where it would not shrink the payload (never larger).
+    raw_len = header.uncompressed_length
+    if codec is not Compression.NONE and header.compression is Compression.NONE:
+        assert len(compress(codec, data[BLOCK_HEADER_SIZE:])) >= raw_len  # the body is raw
+    else:
+        assert header.compression is codec
+    assert header.body_length <= raw_len
     assert header.size == len(data)
 
 
@@ -241,3 +249,21 @@ def test_block_parts_reject_what_encode_block_rejects():
         parts([1 << 64], [None], [b"a"], [None])  # msgpack does not hold it
     with pytest.raises(MalformedError, match="timestamp"):  # a bool is not an int here
         parts([True], [None], [b"a"], [None])
+
+
+@pytest.mark.parametrize("codec", [c for c in Compression if c is not Compression.NONE])
+def test_a_block_is_never_larger_than_its_uncompressed_form(codec):
+    """Incompressible values: every codec would grow them; the block is stored as is, so
+    a record the producer sized to fit its block limit (56 + its msgpack form) fits."""
+    value = random.Random(7).randbytes(1 << 20)
+    for n in (1, 100, 4096, 1 << 20):
+        data = encode_block([(5, None, value[:n], None)], producer_id=1, epoch=0, sequence=0,
+                            compression=codec)  # fmt: skip
+        header = decode_block_header(data)
+        assert header.compression is Compression.NONE
+        assert len(data) == BLOCK_HEADER_SIZE + header.uncompressed_length
+        assert decode_block(data)[1] == [(5, None, value[:n], None)]
+    # ...while what a codec shrinks stays compressed with it.
+    data = encode_block([(5, None, b"a" * 4096, None)], producer_id=1, epoch=0, sequence=0,
+                        compression=codec)  # fmt: skip
+    assert decode_block_header(data).compression is codec
