@@ -53,7 +53,11 @@ def decode_crc_json(
     crc = obj.pop("crc", None)
     if type(crc) is not int:
         raise MalformedError(f"{what} has no integer crc field")
-    if crc32(canonical(obj)) != crc:
+    try:
+        text = canonical(obj)
+    except UnicodeEncodeError:  # a lone surrogate, escaped ("\ud800") or as raw bytes
+        raise MalformedError(f"{what} has a string that is not valid Unicode") from None
+    if crc32(text) != crc:
         raise ChecksumError(f"{what} crc does not match its content: it was corrupted")
     return obj
 

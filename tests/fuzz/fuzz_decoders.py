@@ -92,8 +92,10 @@ def fix_json_crc(data: bytearray) -> bytearray:
         return data
     obj.pop("crc", None)
     canon = json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
-    obj["crc"] = zlib.crc32(canon.encode())
-    return bytearray(json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode())
+    # (surrogatepass: a lone surrogate gets its CRC too, for the decoder to refuse)
+    obj["crc"] = zlib.crc32(canon.encode("utf-8", "surrogatepass"))
+    doc = json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+    return bytearray(doc.encode("utf-8", "surrogatepass"))
 
 
 def _stream(data: bytes) -> None:

@@ -74,3 +74,24 @@ def test_errors():
     obj["size"] += 1
     with pytest.raises(ChecksumError):
         decode_notification(_canonical(obj))
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        b'{"a":"\\ud9cb","crc":1}',  # an escaped lone surrogate
+        b'{"a":"\xed\xa7\x8b","crc":1}',  # one as raw bytes (json.loads lets it pass)
+        b'{"for\xed\xa7\x8b_version":6,"crc":1}',  # in a field name (found by fuzzing)
+    ],
+)
+def test_a_lone_surrogate_is_a_typed_error(doc):
+    with pytest.raises(MalformedError, match="not valid Unicode"):
+        decode_notification(doc)
+    # ...also with a CRC that matches (computed as if surrogates were encodable).
+    obj = json.loads(doc)
+    obj.pop("crc")
+    text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+    obj["crc"] = zlib.crc32(text.encode("utf-8", "surrogatepass"))
+    sealed = json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+    with pytest.raises(MalformedError, match="not valid Unicode"):
+        decode_notification(sealed.encode("utf-8", "surrogatepass"))
