@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import threading
 import time
@@ -173,6 +174,24 @@ class RecordFuture:
     def add_done_callback(self, fn: Callable[[RecordFuture], Any]) -> None:
         self._block.on_done(lambda: fn(self))
 
+    def as_future(self) -> concurrent.futures.Future[RecordMetadata]:
+        """This record's outcome as a standard :class:`concurrent.futures.Future`, for
+        ``concurrent.futures.wait()`` or ``await asyncio.wrap_future(...)``: made on
+        request (a produce() does not pay for one), not cancellable (a queued record is
+        sent regardless)."""
+        fut: concurrent.futures.Future[RecordMetadata] = concurrent.futures.Future()
+        fut.set_running_or_notify_cancel()
+
+        def done() -> None:
+            err = self._block.error
+            if err is not None:
+                fut.set_exception(err)
+            else:
+                fut.set_result(self._metadata())
+
+        self._block.on_done(done)
+        return fut
+
 
 class BatchFuture:
     """The result of one ``produce_batch()``: every record of the call, in its blocks."""
@@ -205,3 +224,29 @@ class BatchFuture:
         if err is not None:
             raise err
         return self.records
+
+    def as_future(self) -> concurrent.futures.Future[int]:
+        """The call's outcome as a standard :class:`concurrent.futures.Future` (see
+        :meth:`RecordFuture.as_future`): the record count once every block is
+        acknowledged, else the first error (in the call's order)."""
+        fut: concurrent.futures.Future[int] = concurrent.futures.Future()
+        fut.set_running_or_notify_cancel()
+        left = [len(self._parts)]
+        lock = threading.Lock()
+
+        def one_done() -> None:
+            with lock:
+                left[0] -= 1
+                if left[0]:
+                    return
+            err = next((r.error for r, _ in self._parts if r.error is not None), None)
+            if err is not None:
+                fut.set_exception(err)
+            else:
+                fut.set_result(self.records)
+
+        if not self._parts:  # (no records)
+            fut.set_result(0)
+        for r, _ in self._parts:
+            r.on_done(one_done)
+        return fut

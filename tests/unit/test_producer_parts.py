@@ -57,3 +57,44 @@ def test_failed_block_raises_for_every_record():
     r.complete(StorageError("down"))
     r.complete(None)  # a second completion is ignored
     assert isinstance(r.error, StorageError)
+
+
+def test_as_future_gives_standard_futures_for_wait_and_asyncio():
+    import asyncio
+    import concurrent.futures
+
+    from memq.producer.futures import BatchFuture
+
+    b = OpenBlock("t")
+    futs = [b.try_add(i, None, b"v", None, 1, None) for i in range(3)]
+    std = [f.as_future() for f in futs]
+    assert all(isinstance(f, concurrent.futures.Future) for f in std)
+    assert not any(f.done() for f in std) and not std[0].cancel()  # not cancellable
+    t = threading.Thread(target=b.result.complete, args=(None,), kwargs={"sequence": 9})
+    t.start()
+    done, pending = concurrent.futures.wait(std, timeout=30)
+    assert len(done) == 3
+    t.join()
+    assert not pending and [f.result().record_index for f in std] == [0, 1, 2]
+
+    async def awaited() -> int:
+        return (await asyncio.wrap_future(futs[2].as_future())).sequence  # done already
+
+    assert asyncio.run(awaited()) == 9
+
+    # A produce_batch() future: the count once every block is acknowledged, else the
+    # first error in the call's order, whatever order the blocks complete in.
+    parts = [BlockResult(), BlockResult(), BlockResult()]
+    whole = BatchFuture("t", [(parts[0], 5), (parts[1], 7), (parts[2], 1)]).as_future()
+    parts[2].complete(StorageError("third"))
+    parts[0].complete(None)
+    assert not whole.done()
+    parts[1].complete(StorageError("second"))
+    with pytest.raises(StorageError, match="second"):
+        whole.result(0)
+    ok = [BlockResult(), BlockResult()]
+    fine = BatchFuture("t", [(ok[0], 2), (ok[1], 3)]).as_future()
+    for r in ok:
+        r.complete(None)
+    assert fine.result(0) == 5
+    assert BatchFuture("t", []).as_future().result(0) == 0
