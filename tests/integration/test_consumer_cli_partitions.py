@@ -11,7 +11,7 @@ import time
 from datetime import datetime
 from typing import Any
 
-from memq import Producer
+from memq import Consumer, Producer
 from memq.devstack import StackState
 
 FAST_GROUP = ("-X", "session.timeout.ms=6000", "-X", "heartbeat.interval.ms=1000")
@@ -36,6 +36,15 @@ def produce(stack: StackState, topic: str, chunks: list[list[bytes]]) -> None:
             for v in chunk:
                 p.produce(topic, v)
             assert p.flush(30) == 0
+
+
+def watermarks(stack: StackState, topic: str, partition: int) -> tuple[int, int]:
+    broker = stack.extra["brokers"][0]["endpoint"]
+    c = Consumer({"bootstrap.servers": broker})
+    try:
+        return c.get_watermark_offsets(topic, partition)
+    finally:
+        c.close()
 
 
 def ids(proc: subprocess.CompletedProcess[str]) -> list[str]:
@@ -106,6 +115,14 @@ def test_consume_without_a_group_and_by_partition(memq_stack: StackState, unique
     proc = memq(memq_stack, "consume", "-t", topic, "--from-message-id", f"{p_}:{o_}:{b_}:99999")
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert f"there is no record {p_}:{o_}:{b_}:99999" in proc.stderr
+
+    # An offset past the partition's end: one line naming the end, not a silent wait.
+    _, high = watermarks(memq_stack, topic, part)
+    for args in (["--offset", str(high + 5)], ["--from-message-id", f"{part}:{high + 5}:0:0"]):
+        proc = memq(memq_stack, "consume", "-t", topic, "-p", str(part), *args)
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert f"past the end of '{topic}' partition {part}" in proc.stderr
+        assert f"next notification offset is {high}" in proc.stderr
 
     # Usage errors say what to do.
     proc = memq(memq_stack, "consume", "-t", topic, "--offset", "3")
