@@ -34,7 +34,7 @@ from typing import Any
 from memq.errors import IdempotencyKeyReusedError, InvalidRequestError, MemqError, StatusCode
 from memq.formats.block import Record
 
-__all__ = ["OPENAPI", "http_status", "idempotent_id", "parse_records"]
+__all__ = ["OPENAPI", "body_fingerprint", "http_status", "idempotent_id", "parse_records"]
 
 #: HTTP status for each wire status code (the rest: 500).
 _HTTP = {
@@ -238,8 +238,8 @@ OPENAPI: dict[str, Any] = {
                             (403, "the principal may not produce to the topic"),
                             (404, "unknown topic"),
                             (413, "body larger than the topic's block limit"),
-                            (422, "Idempotency-Key reused with a different body"),
                             (421, "this broker does not write the topic: use a writer"),
+                            (422, "Idempotency-Key reused with a different body"),
                             (429, "throttled: retry with backoff"),
                             (503, "storage or Kafka failed, or shutting down: retry"),
                         )

@@ -318,8 +318,7 @@ def _check_not_past_the_end(
     c: Any, topic: str, partition: int, start_id: Any, offset: int | None
 ) -> None:
     """An --offset (or --from-message-id) past the partition's end is a one-line error,
-    not a wait for records that cannot come there (nor, as Kafka's auto.offset.reset
-    would have it, a silent restart from the beginning)."""
+    not a wait for records that cannot come there ending in "0 records"."""
     first = start_id.offset if start_id is not None else offset
     if first is None:
         return
