@@ -318,6 +318,8 @@ class Current:
         """Up to ``n`` more records."""
         runs = self._advance(n)
         messages = self.messages
+        if len(runs) == 1 and runs[0][1] - runs[0][0] == 1:  # (iterating over the consumer)
+            return [messages[runs[0][0]]]
         with gc_paused():  # (one tuple per record: no young-generation collections)
             if len(runs) == 1:
                 pos, end = runs[0]

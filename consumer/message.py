@@ -165,8 +165,15 @@ class Records(Sequence[Message]):
             raise IndexError("record index out of range")
         k = bisect_right(self._ends, i)
         c = self.chunks[k]
-        j = i - (self._ends[k] - c.length)
-        return c.part(j, j + 1).messages()[0]
+        j = i - (self._ends[k] - len(c.values))
+        return tuple.__new__(
+            Message,
+            (
+                c.topic, c.partition, c.offset, c.block, c.record + j, c.timestamps[j],
+                c.keys[j], c.values[j], c.headers[j], c.producer_id, c.epoch, c.sequence,
+                c.object_key,
+            ),
+        )  # fmt: skip
 
     def __iter__(self) -> Iterator[Message]:
         for c in self.chunks:
