@@ -29,7 +29,7 @@ from memq.consumer.connect import Connector, KafkaConnector
 from memq.consumer.delivery import Delivery
 from memq.consumer.fetcher import Start
 from memq.consumer.handout import Current, Deduplicator
-from memq.consumer.membership import Membership, Where
+from memq.consumer.membership import Membership, Where, offset_of
 from memq.consumer.message import Chunk, Message, MessageId, RecordBatch
 from memq.consumer.notifications import GroupMember
 from memq.consumer.offsets import GroupOffsets
@@ -40,7 +40,7 @@ from memq.consumer.seeking import Probe, Seeker, first_offset_at
 from memq.consumer.session import LOCAL_GROUP_SESSION, local_group_session
 from memq.consumer.stats import ConsumerStats, stats_dict
 from memq.consumer.topics import Topics
-from memq.errors import ClientClosedError, ConfigError, MemqError
+from memq.errors import ClientClosedError, ConfigError, InvalidPositionError, MemqError
 from memq.formats.notification import Notification
 
 __all__ = ["LOCAL_GROUP_SESSION", "Consumer", "Lag", "local_group_session"]
@@ -194,6 +194,11 @@ class Consumer:
                 )
             where: Where = e[2] if len(e) > 2 else None
             entries.append((e[0], part, where))
+        for topic, part, where in entries:
+            if where is not None and not isinstance(where, bool):
+                offset = where if isinstance(where, int) else offset_of(where)
+                if offset is not None:
+                    self._check_not_past_the_end(topic, part, offset)
         self._members.assign(entries)
         if any(where is not None for _, _, where in entries):
             self._reread()
@@ -421,6 +426,12 @@ class Consumer:
 
     # --- seeking ------------------------------------------------------------------------
 
+    def _check_not_past_the_end(self, topic: str, partition: int, offset: int) -> None:
+        if offset > 0:
+            _check_not_past(
+                topic, partition, offset, self.get_watermark_offsets(topic, partition)[1]
+            )
+
     def _note_topic(self, topic: str | None) -> str:
         self._check_open()
         if topic is None:
@@ -444,6 +455,10 @@ class Consumer:
             )
         mid = MessageId.parse(message_id) if isinstance(message_id, str) else message_id
         tp = (self._note_topic(topic), mid.partition)
+        if mid.offset > 0:
+            assert self._probe is not None
+            high = self._probe.watermarks(tp[0], mid.partition)[1]
+            _check_not_past(topic or tp[0], mid.partition, mid.offset, high)
         self._seeker.seek(
             tp, mid.offset, Start(mid.block, mid.record) if (mid.block or mid.record) else None
         )
@@ -541,6 +556,18 @@ class Consumer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _check_not_past(topic: str, partition: int, offset: int, high: int) -> None:
+    """An explicit start past a partition's end is an error at the call: Kafka would
+    apply auto.offset.reset, and the local Kafka just waits there (records published
+    below it meanwhile were then never handed out)."""
+    if offset > high:
+        raise InvalidPositionError(
+            f"offset {offset} is past the end of {topic!r} partition {partition}: its next "
+            f"notification offset is {high} (start at an offset up to {high}, or "
+            "seek_to_end() to read only what comes next)"
+        )
 
 
 def _check_timeout(timeout: float | None) -> None:

@@ -40,6 +40,17 @@ Where = int | MessageId | str | None
 GROUPLESS = "memq-groupless"
 
 
+def offset_of(where: MessageId | str) -> int | None:
+    """The notification offset of a MessageId (or its text); None if it does not parse
+    (:func:`parse_where` then says what is wrong with it)."""
+    if isinstance(where, MessageId):
+        return where.offset
+    try:
+        return MessageId.parse(where).offset
+    except (MemqError, ValueError):
+        return None
+
+
 def parse_where(topic: str, partition: int, where: Where) -> tuple[int | None, Start | None]:
     """(notification offset or None, start inside that object) of an ``assign`` entry."""
     if isinstance(where, str):

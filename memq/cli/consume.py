@@ -229,8 +229,11 @@ def consume(
     c = Consumer(conf)
     joins = group is not None and partition is None  # else: no join, no waiting for one
     if partition is not None:
-        c.assign([(topic, partition, start_id if start_id is not None else offset)])
-        _check_not_past_the_end(c, topic, partition, start_id, offset)
+        try:  # (an offset past the partition's end: InvalidPositionError, one line)
+            c.assign([(topic, partition, start_id if start_id is not None else offset)])
+        except MemqError:
+            c.close()
+            raise
     elif group is None:
         c.assign([(topic, p) for p in c.partitions_for(topic)])
     else:
@@ -312,25 +315,6 @@ def consume(
         )
     t.add_row("committed", committed)
     err.print(t)
-
-
-def _check_not_past_the_end(
-    c: Any, topic: str, partition: int, start_id: Any, offset: int | None
-) -> None:
-    """An --offset (or --from-message-id) past the partition's end is a one-line error,
-    not a wait for records that cannot come there ending in "0 records"."""
-    first = start_id.offset if start_id is not None else offset
-    if first is None:
-        return
-    _, high = c.get_watermark_offsets(topic, partition)
-    if first > high:
-        c.close()
-        what = f"--from-message-id {start_id}" if start_id is not None else f"--offset {first}"
-        raise MemqError(
-            f"{what} is past the end of {topic!r} partition {partition}: its next "
-            f"notification offset is {high} (use an offset up to {high}; "
-            f"`memq peek -t {topic}` shows the newest)"
-        )
 
 
 def _not_metadata_dropped(record: logging.LogRecord) -> bool:

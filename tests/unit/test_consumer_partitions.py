@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from memq.consumer import Consumer, MessageId, ObjectExpiredError
 from memq.consumer.expiry import is_expired, oldest_present
 from memq.consumer.offsets import OffsetAndMetadata, decode_position, encode_position
-from memq.errors import ConfigError, MemqError, ObjectNotFoundError
+from memq.errors import ConfigError, InvalidPositionError, MemqError, ObjectNotFoundError
 from tests.unit.consumer_harness import (
     FAST,
     TOPIC,
@@ -540,3 +540,19 @@ def test_iteration_hands_out_a_record_only_when_it_is_yielded(harnesses: Any) ->
         rest += [m.value for m in c.consume(500, 0.05)]
     c.close()
     assert rest == obj.values[3:], len(rest)
+
+
+def test_a_start_past_the_partitions_end_is_an_error_at_the_call(harnesses: Any) -> None:
+    """Kafka would reset it (auto.offset.reset); waiting there would never hand out the
+    records published below it meanwhile: assign() and seek() refuse it instead."""
+    h = harnesses(partitions=1, config={**NO_GROUP, **NO_DEDUP}, subscribe=False)
+    objs = [h.publish(0) for _ in range(2)]  # offsets 0 and 1: the end is 2
+    for where in (3, "0:3:0:0", MessageId(0, 7, 1, 2)):
+        with pytest.raises(InvalidPositionError, match="next notification offset is 2"):
+            h.consumer.assign([(TOPIC, 0, where)])
+    h.consumer.assign([(TOPIC, 0, 2)])  # the end itself: what comes next
+    with pytest.raises(InvalidPositionError, match="past the end"):
+        h.consumer.seek("0:5:0:0")
+    h.consumer.seek("0:1:0:0")
+    drain(h)
+    assert [m.value for m in h.delivered] == objs[1].values
