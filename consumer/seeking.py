@@ -97,7 +97,9 @@ class Seeker:
         """Continue assigned partition ``tp`` from ``offset`` (inside it from ``start``)."""
         if self.source is None or tp not in self.source.assignment():
             raise MemqError(
-                f"partition {tp[1]} of {self._name(tp[0])!r} is not assigned to this consumer"
+                f"partition {tp[1]} of {self._name(tp[0])!r} is not assigned to this consumer "
+                "(a group assigns partitions after subscribe(): seek in on_assign, or "
+                "assign() the partition with the message id as its start)"
             )
         self._drop({tp})
         self.start_at(tp, offset, start)
