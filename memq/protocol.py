@@ -136,7 +136,13 @@ def decode_write_request(body: bytes | memoryview) -> tuple[Ack, str, memoryview
 
 
 def encode_msg(model: BaseModel) -> bytes:
-    out: bytes = msgpack.packb(model.model_dump(mode="json"), use_bin_type=True)
+    try:
+        out: bytes = msgpack.packb(model.model_dump(mode="json"), use_bin_type=True)
+    except OverflowError:
+        raise InvalidRequestError(
+            f"a number in the {type(model).__name__} request is out of range: integers "
+            "must fit 64 bits (at most 9223372036854775807)"
+        ) from None
     return out
 
 

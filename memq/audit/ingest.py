@@ -265,16 +265,25 @@ class Ingester:
         self._next.update({p: stored.get(p) for p in new})
         log.info("auditor reading %s partitions %s (stored offsets %s)", topic, new, stored)
 
+    def _rewind(self, consumer: Any, firsts: dict[int, int]) -> None:
+        from confluent_kafka import TopicPartition
+
+        for partition, offset in firsts.items():
+            consumer.seek(TopicPartition(self.config.audit_topic, partition, offset))
+            self._next[partition] = offset
+
     def _ingest_once(self, consumer: Any) -> None:
         msgs = consumer.consume(self.config.ingest_batch, 0.5)
         items: list[Ingest] = []
         rejected: list[tuple[str, int, int]] = []
         backwards: dict[int, int] = {}
+        firsts: dict[int, int] = {}  # partition -> the batch's first offset in it
         for m in msgs:
             if m.error() is not None:
                 log.debug("audit topic: %s", m.error())
                 continue
             where = (m.topic(), m.partition(), m.offset())
+            firsts.setdefault(m.partition(), m.offset())
             expected = self._next.get(m.partition())
             if expected is not None and m.offset() < expected and m.partition() not in backwards:
                 backwards[m.partition()] = m.offset()  # Kafka reset the position
@@ -293,7 +302,13 @@ class Ingester:
             self.store.reset_offsets(self.config.audit_topic, backwards)
         if not items and not rejected:
             return
-        self.store.apply(items, rejected)
+        try:
+            self.store.apply(items, rejected)
+        except Exception:
+            # Read the batch again next time: the consumer's position has moved past it,
+            # and going on would drop its records for good (other topics' with them).
+            self._rewind(consumer, firsts)
+            raise
         for it in items:
             self.metrics.records.labels(it.record.kind).inc()
         if rejected:

@@ -104,6 +104,10 @@ ON CONFLICT (topic, grp, producer_id, epoch, sequence) DO UPDATE SET
 """
 
 
+#: The largest SQLite INTEGER (a signed 64-bit integer).
+_I64_MAX = (1 << 63) - 1
+
+
 def _i64(u: int) -> int:
     """The signed 64-bit integer with the bits of u64 ``u`` (figures read the reverse)."""
     return u - (1 << 64) if u >= 1 << 63 else u
@@ -183,7 +187,9 @@ class AuditStore:
             r = item.record
             pid, seq = _i64(r.producer_id), _i64(r.sequence)
             if r.kind == "produced":
-                expires = None if r.retention_ms is None else r.time + r.retention_ms
+                expires = (
+                    None if r.retention_ms is None else min(r.time + r.retention_ms, _I64_MAX)
+                )  # (Kafka's "forever", Long.MAX_VALUE, would overflow SQLite's INTEGER)
                 produced.append(
                     (r.topic, pid, r.epoch, seq, r.records, r.content_crc, r.min_timestamp,
                      r.time, r.acks, r.bucket, r.key, r.client, expires)

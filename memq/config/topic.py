@@ -47,6 +47,10 @@ class BatchConfig(FrozenModel):
     max_blocks: int = Field(default=4096, ge=1, le=65536)
 
 
+#: The largest value a Kafka long (and the wire's int64) holds.
+_I64_MAX = (1 << 63) - 1
+
+
 class RetentionConfig(FrozenModel):
     """How long a topic's batch objects are kept: enforced by ``memq retention run`` (and,
     on S3, by lifecycle rules on the objects' ``memq-retention-days`` tag). Its notification
@@ -54,10 +58,10 @@ class RetentionConfig(FrozenModel):
 
     #: Delete the objects of every hour partition that ended longer ago than this (ms);
     #: null or -1: keep forever. Default 7 days, like Kafka.
-    ms: int | None = Field(default=DEFAULT_RETENTION_MS, ge=1)
+    ms: int | None = Field(default=DEFAULT_RETENTION_MS, ge=1, le=_I64_MAX)
     #: Then delete the oldest hour partitions until the topic's objects fit in this many
     #: bytes (never the hour being written); null or -1: no size bound.
-    max_bytes: int | None = Field(default=None, ge=1, alias="bytes")
+    max_bytes: int | None = Field(default=None, ge=1, le=_I64_MAX, alias="bytes")
 
     @field_validator("ms", "max_bytes", mode="before")
     @classmethod

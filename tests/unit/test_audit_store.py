@@ -411,6 +411,22 @@ def test_blocks_past_their_topics_retention_are_expired_not_missing(store: Audit
     assert row["sequence"] == 2
 
 
+def test_a_retention_of_kafkas_forever_is_stored_not_an_overflow(store: AuditStore) -> None:
+    """retention.ms = Long.MAX_VALUE (Kafka's "forever"): ack time + retention overflowed
+    SQLite's INTEGER and the whole ingest batch failed (other topics' records with it)."""
+
+    def with_retention(seq: int, t: int, retention: int | None) -> Ingest:
+        item = produced(seq, t)
+        return Ingest(item.record.model_copy(update={"retention_ms": retention}),
+                      item.kafka_topic, item.partition, item.offset)  # fmt: skip
+
+    store.apply([consumed(9, T0 + 500), with_retention(9, T0, (1 << 63) - 1)])
+    store.apply([with_retention(1, T0 + 1000, (1 << 63) - 1), produced(2, T0 + 1000)])
+    g = figures(store, T0 + 60_000).groups[0]
+    assert figures(store, T0 + 60_000).produced_blocks == 3
+    assert (g.expired_blocks, g.missing_blocks) == (0, 2)  # never expired: missing
+
+
 def test_a_file_from_before_expiry_gains_the_column(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
     AuditStore(path).close()
@@ -419,3 +435,68 @@ def test_a_file_from_before_expiry_gains_the_column(tmp_path: Path) -> None:
     store = AuditStore(path)
     store.apply([produced(1, T0)])
     assert figures(store, T0 + 60_000).produced_blocks == 1
+
+
+def test_a_batch_that_fails_to_store_is_read_again(store: AuditStore) -> None:
+    """The ingest loop's Kafka position has passed a batch when storing it fails: it
+    seeks back to the batch's first offsets, so a retry stores it (was: skipped for good,
+    records of every topic in it unaudited while /healthz said ok)."""
+    from memq.audit.config import AuditKafkaConfig, AuditorConfig
+    from memq.audit.ingest import Ingester
+    from memq.audit.metrics import AuditorMetrics
+    from memq.formats.audit import encode_audit
+
+    class Msg:
+        def __init__(self, partition: int, offset: int, value: bytes) -> None:
+            self._where, self._value = (partition, offset), value
+
+        def error(self) -> None:
+            return None
+
+        def topic(self) -> str:
+            return "memq.audit"
+
+        def partition(self) -> int:
+            return self._where[0]
+
+        def offset(self) -> int:
+            return self._where[1]
+
+        def value(self) -> bytes:
+            return self._value
+
+    log = [(p, o, produced(o, T0 + o).record) for p in (0, 1) for o in range(3)]
+
+    class Kafka:  # the audit topic's consumer: two partitions, a position each
+        def __init__(self) -> None:
+            self.pos = {0: 0, 1: 0}
+
+        def consume(self, n: int, timeout: float) -> list[Msg]:
+            out = [Msg(p, o, encode_audit(r.model_dump(exclude_none=True)))
+                   for p, o, r in log if o >= self.pos[p]]  # fmt: skip
+            for m in out:
+                self.pos[m.partition()] = m.offset() + 1
+            return out
+
+        def seek(self, tp: Any) -> None:
+            self.pos[tp.partition] = tp.offset
+
+    failing = {"left": 1}
+    real_apply = store.apply
+
+    def apply(*a: Any, **kw: Any) -> None:
+        if failing["left"]:
+            failing["left"] -= 1
+            raise sqlite3.OperationalError("disk I/O error")
+        real_apply(*a, **kw)
+
+    store.apply = apply  # type: ignore[method-assign]
+    cfg = AuditorConfig(kafka=AuditKafkaConfig(bootstrap_servers="unused:9092"))
+    ing = Ingester(cfg, store, AuditorMetrics(), clock=lambda: T0)
+    kafka = Kafka()
+    with pytest.raises(sqlite3.OperationalError):
+        ing._ingest_once(kafka)
+    assert kafka.pos == {0: 0, 1: 0}  # rewound
+    ing._ingest_once(kafka)
+    assert figures(store, T0 + 60_000).produced_blocks == 3  # (p, seq) pairs: 3 distinct
+    assert store.offsets("memq.audit") == {0: 3, 1: 3}

@@ -79,3 +79,11 @@ def test_decode_msg_errors():
         decode_msg(WriteAck, b"\xc1", "x")
     with pytest.raises(InvalidRequestError, match="bucket: Field required"):
         decode_msg(WriteAck, encode_msg(MetadataRequest()), "x")
+
+
+def test_an_integer_past_64_bits_is_a_typed_error_not_an_overflow() -> None:
+    from memq.protocol import TopicCreate
+
+    with pytest.raises(InvalidRequestError, match="must fit 64 bits"):
+        encode_msg(TopicCreate(name="t", settings={"retention.ms": 10**23}))
+    assert encode_msg(TopicCreate(name="t", settings={"retention.ms": (1 << 63) - 1}))
