@@ -27,6 +27,7 @@ from memq.client.bootstrap import resolve_client
 from memq.client.stats import StatsCollector, split_stats_cb, stats_ticker
 from memq.errors import ClientClosedError, ConfigError, MemqError, MessageTooLargeError
 from memq.formats.block import BLOCK_HEADER_SIZE, Header
+from memq.formats.keys import validate_name
 from memq.producer.accumulator import RECORD_OVERHEAD, OpenBlock, SealedBlock, record_size
 from memq.producer.config import ProducerConfig
 from memq.producer.filling import BlockFilling, BufferFullError
@@ -186,6 +187,10 @@ class Producer(BlockFilling):
             return limit
         if not isinstance(topic, str):
             raise TypeError(f"topic must be a str, not {type(topic).__name__}")
+        try:  # a bad name fails at the call, not at result()
+            validate_name("topic", topic)
+        except MemqError as e:
+            raise ConfigError(str(e)) from None
         tmeta = self._sender.meta.cached(topic)
         if tmeta is None and not self._on_io_thread() and self.config.max_block_ms > 0:
             fut = asyncio.run_coroutine_threadsafe(self._sender.meta.topic(topic), self._loop)

@@ -166,7 +166,13 @@ class Sender:
             await self._send(block)
         except asyncio.CancelledError:
             self.finish(
-                block, ClientClosedError("producer closed before the block was acknowledged"), {}
+                block,
+                ClientClosedError(
+                    "producer closed before the block was acknowledged: its outcome is "
+                    "unknown (it may have been stored; a retry with a new producer may "
+                    "store it twice)"
+                ),
+                {},
             )
             raise
         except Exception as e:  # fail closed: a bug or an unexpected library error

@@ -31,6 +31,10 @@ PRODUCE_CASES: list[tuple[Callable[[Any], object], type[Exception], str]] = [
     (lambda p: p.produce("t", b"x", headers="abc"), TypeError, r"\(name, value\) pairs"),
     (lambda p: p.produce("t", b"x", headers=["a"]), TypeError, r"\(name, value\) pairs"),
     (lambda p: p.produce(None, b"x"), TypeError, "topic must be a str"),
+    # a bad topic name failed only at result(), as the broker's InvalidRequestError
+    (lambda p: p.produce("", b"x"), ConfigError, "invalid topic name ''"),
+    (lambda p: p.produce("bad topic/\u540d", b"x"), ConfigError, "invalid topic name"),
+    (lambda p: p.produce_batch("a b", [b"x"]), ConfigError, "invalid topic name 'a b'"),
     # a str was taken as its characters: three records b"a", b"b", b"c"
     (lambda p: p.produce_batch("t", "abc"), TypeError, "values must be a list of bytes"),
     (lambda p: p.produce_batch("t", b"abc"), TypeError, "values must be a list of bytes"),
