@@ -22,19 +22,40 @@ def parse_duration_s(text: str) -> float:
 
 
 def parse_since(text: str, now_ms: int) -> int:
-    """Start of a window: a duration back from ``now_ms``, ISO-8601 (naive: UTC), epoch ms."""
+    """Start of a window: a duration back from ``now_ms`` (with its unit), ISO-8601
+    (naive: UTC) or epoch milliseconds; never after ``now_ms`` (an empty window proves
+    nothing, so it is an error, not a report of zeros)."""
     t = text.strip()
-    if t.isdigit() and len(t) >= 10:  # epoch milliseconds (a bare number of seconds is short)
-        return int(t)
-    if _DURATION.match(t):
-        return now_ms - int(parse_duration_s(t) * 1000)
-    try:
-        when = datetime.fromisoformat(t.replace("Z", "+00:00"))
-    except ValueError:
+    if t.isdigit():
+        if len(t) < 12:  # 0, 3600, 1700000000: a unitless duration or epoch *seconds*?
+            raise ConfigError(
+                f"{text!r} is ambiguous: give a duration with its unit (e.g. "
+                f"{str(int(t)) + 's, ' if int(t) else ''}10m) "
+                "or epoch milliseconds (13 digits)"
+            )
+        since = int(t)
+    elif _DURATION.match(t):
+        back = int(parse_duration_s(t) * 1000)
+        if back <= 0:
+            raise ConfigError(f"{text!r} is an empty window: give a duration > 0 (e.g. 10m)")
+        since = now_ms - back
+    else:
+        try:
+            when = datetime.fromisoformat(t.replace("Z", "+00:00"))
+        except ValueError:
+            raise ConfigError(
+                f"{text!r} is neither a duration (10m, 2h, 1d), an ISO-8601 time "
+                "(2026-11-22T05:00:00Z) nor epoch milliseconds"
+            ) from None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        since = int(when.timestamp() * 1000)
+    if since >= now_ms:
         raise ConfigError(
-            f"{text!r} is neither a duration (10m, 2h, 1d), an ISO-8601 time "
-            "(2026-11-22T05:00:00Z) nor epoch milliseconds"
-        ) from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return int(when.timestamp() * 1000)
+            f"{text!r} is not in the past (now is {_utc(now_ms)} UTC): the window would be empty"
+        )
+    return since
+
+
+def _utc(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")

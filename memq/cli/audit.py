@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from memq.cli.options import STATE_DIR, http_url, topic_name
+from memq.cli.options import STATE_DIR, http_url, since_window, topic_name
 from memq.client.profile import load_profile
 from memq.errors import ConfigError, MemqError
 
@@ -119,7 +119,9 @@ def report(
     topic: str = typer.Option(
         ..., "--topic", "-t", callback=topic_name, help="Topic to report on."
     ),
-    since: str = typer.Option("1h", help="Window start: 10m, 2h, 1d, ISO-8601 or epoch ms."),
+    since: str = typer.Option(
+        "1h", callback=since_window, help="Window start: 10m, 2h, 1d, ISO-8601 or epoch ms."
+    ),
     group: str | None = typer.Option(None, "--group", "-g", help="Only this consumer group."),
     grace: str | None = typer.Option(
         None, help="Override the grace period (e.g. 0s: count every unconsumed block)."
@@ -144,8 +146,9 @@ def report(
     """Produced, consumed, missing, pending, duplicates (handed out twice), duplicates the
     consumers dropped, mismatches and latency for a topic. Exit 0 when nothing is
     missing, 1 when records are missing or mismatched, 2 when there is no audit data for
-    the topic, or --group names a group that consumed none of it (nothing can be proven). A table per topic, or one group after another
-    where the terminal is too narrow for it (names and figures are never cut)."""
+    the topic (no block acked in the window), or --group names a group that consumed none
+    of it (nothing can be proven). A table per topic, or one group after another where the
+    terminal is too narrow for it (names and figures are never cut)."""
     params = {
         "since": since,
         "topic": topic,
@@ -173,7 +176,7 @@ def report(
         typer.echo(json.dumps({**doc, "missing": missing}, indent=2))
     else:
         _print(doc, t, missing)
-    if t is None or (t["produced_blocks"] == 0 and not t["groups"]):
+    if t is None or t["produced_blocks"] == 0:  # nothing acked in the window: nothing proven
         raise typer.Exit(EXIT_NO_DATA)
     if group is not None and all(g["status"] == "unconsumed" for g in t["groups"]):
         err.print(
@@ -239,6 +242,11 @@ def _print(
     if t is None or (t["produced_blocks"] == 0 and not t["groups"]):
         out.print(f"[yellow]no audit records for this topic ({window})[/yellow]")
         return
+    if t["produced_blocks"] == 0:
+        out.print(
+            f"[yellow]no block of {escape(t['topic'])} was acked in this window ({window}): "
+            "nothing is proven; widen it with --since[/yellow]"
+        )
     out.print(
         f"[bold]{t['topic']}[/bold]: {t['produced_records']:,} records in "
         f"{t['produced_blocks']:,} blocks acked ({window})"

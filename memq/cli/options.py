@@ -77,6 +77,21 @@ def http_url(value: str | None) -> str | None:
     return value
 
 
+def since_window(value: str) -> str:
+    """A window start the auditor accepts (a duration, ISO-8601, epoch ms; in the past),
+    else a usage error (not the auditor's 400 after a round trip)."""
+    import time
+
+    from memq.audit.window import parse_since
+    from memq.errors import ConfigError
+
+    try:
+        parse_since(value, int(time.time() * 1000))
+    except ConfigError as e:
+        raise typer.BadParameter(str(e)) from None
+    return value
+
+
 def non_empty(value: str) -> str:
     if not value.strip():
         raise typer.BadParameter("must not be empty")

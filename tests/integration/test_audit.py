@@ -224,6 +224,11 @@ def test_loss_is_reported_with_the_object_key_and_the_report_fails(
             [*report, "--url", url, "--group", "gg"], capture_output=True, text=True, check=False
         )
         assert typo.returncode == 2 and "has consumed nothing" in typo.stderr, typo.stderr
+        after = str(int(time.time() * 1000) - 1)  # a window after every ack: nothing proven
+        empty = subprocess.run(
+            [*report, "--url", url, "--since", after], capture_output=True, text=True, check=False
+        )
+        assert empty.returncode == 2 and "was acked in this window" in empty.stdout, empty.stdout
         as_json = subprocess.run(
             [*report, "--url", url, "--json"], capture_output=True, text=True, check=False
         )

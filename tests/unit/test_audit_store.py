@@ -244,6 +244,16 @@ def test_windows() -> None:
     assert parse_duration_s("90") == 90.0 and parse_duration_s("250ms") == 0.25
     with pytest.raises(ConfigError, match="duration"):
         parse_since("yesterday", now)
+    # A bare number is a duration without its unit or epoch seconds: neither is guessed.
+    for bare in ("0", "3600", "1700000000"):
+        with pytest.raises(ConfigError, match="ambiguous"):
+            parse_since(bare, now)
+    with pytest.raises(ConfigError, match="empty window"):
+        parse_since("0s", now)
+    with pytest.raises(ConfigError, match="not in the past"):
+        parse_since("2099-01-01T00:00:00Z", now)
+    with pytest.raises(ConfigError, match="not in the past"):
+        parse_since(str(now), now)
     with pytest.raises(ConfigError, match="duration"):
         parse_duration_s("10 minutes")
 

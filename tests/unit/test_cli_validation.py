@@ -36,6 +36,11 @@ CASES = [
     # (urllib raised "unknown url type" as a traceback; host:port alone read as unreachable)
     (["audit", "report", "--topic", "t", "--url", "notaurl"], "use http(s)://host:port"),
     (["audit", "report", "--topic", "t", "--url", "127.0.0.1:8080"], "is not a URL"),
+    # (an empty or future window, or a unitless number, reported zeros with exit 0)
+    (["audit", "report", "--topic", "t", "--since", "0"], "'0' is ambiguous"),
+    (["audit", "report", "--topic", "t", "--since", "3600"], "e.g. 3600s, 10m"),
+    (["audit", "report", "--topic", "t", "--since", "0s"], "empty window"),
+    (["audit", "report", "--topic", "t", "--since", "2099-01-01"], "is not in the past"),
     (["cat", "s3://b/k", "--endpoint-url", "foo"], "use http(s)://host:port"),
     (["dev", "up", "--s3-port", "70000"], "'--s3-port'"),
     (["token", "create", "--principal", ""], "'--principal'"),
