@@ -256,9 +256,16 @@ class GroupAdmin:
                 f"group {group!r} has no committed offsets on any MemQ topic: check the name "
                 "(memq group list)"
             )
+        state, members = self._describe(admin, group)
+        if topic is not None and not members and state not in _LIVE:
+            nt = self._note_topic(topic)
+            if not any(t == nt for t, _ in committed):  # a typo would get the whole topic as lag
+                raise InvalidRequestError(
+                    f"group {group!r} has no committed offsets on topic {topic!r} and no "
+                    "active member: check the names (memq group list)"
+                )
         lags = self._measure(topics, committed)
         out_topics = {t: [asdict(p) for p in parts] for t, parts in lags.items()}
-        state, members = self._describe(admin, group)
         return {
             "group": group,
             "state": state,

@@ -124,3 +124,6 @@ def test_describe_reset_and_delete_a_group(
     for name in (group, unique_name("never")):
         with pytest.raises(InvalidRequestError, match="no committed offsets on any MemQ topic"):
             admin.delete(name)
+        # Nor does describe --topic invent the whole topic as its lag.
+        with pytest.raises(InvalidRequestError, match=f"no committed offsets on topic {topic!r}"):
+            admin.describe(name, topic)
