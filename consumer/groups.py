@@ -26,9 +26,11 @@ from memq.client.bootstrap import fetch_metadata, resolve_client, split_servers
 from memq.config import SecureClientConfig
 from memq.consumer.message import MessageId
 from memq.consumer.notifications import NotificationProbe
+from memq.consumer.offsets import encode_position
 from memq.consumer.seeking import first_offset_at
 from memq.errors import (
     ConfigError,
+    InvalidPositionError,
     InvalidRequestError,
     MemqError,
     NotificationError,
@@ -104,7 +106,13 @@ class ResetPlan:
     topic: str
     #: partition -> (current committed offset or None, new offset)
     moves: dict[int, tuple[int | None, int]] = field(default_factory=dict)
+    #: partition -> (block, record) inside the new object (``--to-message-id``), kept in
+    #: the commit metadata: the group starts at that record, not at the object's first.
+    positions: dict[int, tuple[int, int]] = field(default_factory=dict)
     executed: bool = False
+    #: Executed, but the notification Kafka dropped :attr:`positions` (some
+    #: Kafka-protocol brokers do): the group reads those objects again whole.
+    positions_dropped: bool = False
 
 
 def _kafka_message(e: Exception) -> str:
@@ -179,15 +187,19 @@ class GroupAdmin:
 
     # --- reads --------------------------------------------------------------------------
 
-    def _committed(self, admin: Any, group: str) -> dict[tuple[str, int], int]:
+    def _offsets(self, admin: Any, group: str) -> list[Any]:
+        """``group``'s committed offsets (TopicPartitions, with their metadata)."""
         from confluent_kafka import ConsumerGroupTopicPartitions
 
         try:
             res = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])
-            parts = res[group].result(self.timeout).topic_partitions or []
+            return list(res[group].result(self.timeout).topic_partitions or [])
         except Exception as e:
             raise NotificationError(f"reading group {group!r}'s offsets failed: {e}") from e
-        return {(p.topic, p.partition): p.offset for p in parts if p.offset >= 0}
+
+    def _committed(self, admin: Any, group: str) -> dict[tuple[str, int], int]:
+        return {(p.topic, p.partition): p.offset for p in self._offsets(admin, group)
+                if p.offset >= 0}  # fmt: skip
 
     def _describe(self, admin: Any, group: str) -> tuple[str, list[dict[str, Any]]]:
         """(state, members). Some Kafka-protocol brokers (the local one) report a live
@@ -365,7 +377,7 @@ class GroupAdmin:
                 elif to == "shift":
                     new = min(high, max(low, (cur if cur is not None else low) + int(value or 0)))
                 elif to == "message-id":
-                    new = min(high, max(low, MessageId.parse(str(value)).offset))
+                    new = self._message_id_offset(probe, nt, p, low, high, str(value), plan)
                 else:
                     raise InvalidRequestError(
                         f"unknown reset {to!r}: use earliest, latest, datetime, shift or message-id"
@@ -376,12 +388,47 @@ class GroupAdmin:
         if execute:
             self._alter(admin, group, nt, plan)
             plan.executed = True
+            if plan.positions:
+                kept = {(o.topic, o.partition): o.metadata for o in self._offsets(admin, group)}
+                plan.positions_dropped = any(
+                    kept.get((nt, p)) != encode_position(*at) for p, at in plan.positions.items()
+                )
         return plan
+
+    @staticmethod
+    def _message_id_offset(
+        probe: NotificationProbe, nt: str, p: int, low: int, high: int, value: str,
+        plan: ResetPlan,
+    ) -> int:  # fmt: skip
+        """The object offset of message id ``value`` (checked against its notification);
+        its block:record goes to ``plan.positions``."""
+        mid = MessageId.parse(value)
+        if not low <= mid.offset < high:
+            where = (
+                f"has expired (the oldest kept is {low}): use --to-earliest"
+                if mid.offset < low
+                else f"does not exist yet (partition {p} ends at {high}): use --to-latest"
+            )
+            raise InvalidPositionError(f"message id {value}: object {mid.offset} {where}")
+        note = probe.read(nt, p, mid.offset)
+        if note is not None and (mid.block >= note.block_count or mid.record >= note.record_count):
+            raise InvalidPositionError(
+                f"message id {value}: object {mid.offset} has {note.block_count} block(s) "
+                f"and {note.record_count} record(s): there is no block {mid.block} record "
+                f"{mid.record}"
+            )
+        if (mid.block, mid.record) != (0, 0):
+            plan.positions[p] = (mid.block, mid.record)
+        return mid.offset
 
     def _alter(self, admin: Any, group: str, nt: str, plan: ResetPlan) -> None:
         from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
-        tps = [TopicPartition(nt, p, new) for p, (_, new) in sorted(plan.moves.items())]
+        tps = []
+        for p, (_, new) in sorted(plan.moves.items()):
+            at = plan.positions.get(p)  # block:record inside the object: commit metadata
+            tps.append(TopicPartition(nt, p, new, encode_position(*at)) if at else
+                       TopicPartition(nt, p, new))  # fmt: skip
         try:
             res = admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, tps)])
             res[group].result(self.timeout)

@@ -123,7 +123,10 @@ def reset_offsets(
         None, "--shift-by", help="Move each partition by N objects (negative: back)."
     ),
     to_message_id: str | None = typer.Option(
-        None, "--to-message-id", help="partition:offset:block:record (that partition only)."
+        None,
+        "--to-message-id",
+        help="partition:offset:block:record: that partition, from that very record (where "
+        "the Kafka keeps commit metadata; else from the start of its object).",
     ),
     execute: bool = typer.Option(False, "--execute", help="Apply (default: --dry-run)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Only show the plan (default)."),
@@ -158,10 +161,15 @@ def reset_offsets(
         group, topic, to=to, value=value, execute=execute
     )
     if as_json:
+        parts: dict[str, dict[str, Any]] = {}
+        for p, (c, n) in sorted(plan.moves.items()):
+            parts[str(p)] = {"current": c, "new": n}
+            if p in plan.positions:  # block:record inside the new object
+                parts[str(p)]["position"] = "{}:{}".format(*plan.positions[p])
         doc = {"group": group, "topic": topic, "executed": plan.executed,
-               "partitions": {str(p): {"current": c, "new": n}
-                              for p, (c, n) in sorted(plan.moves.items())}}  # fmt: skip
+               "partitions": parts, "positions_dropped": plan.positions_dropped}  # fmt: skip
         typer.echo(json.dumps(doc, indent=2))
+        _say_dropped(plan)
         return
     t = Table(
         title=f"{group} on {topic}: reset to {to}" + (f" {value}" if value is not None else "")
@@ -169,9 +177,21 @@ def reset_offsets(
     for col in ("partition", "current", "new"):
         t.add_column(col, justify="right")
     for p, (cur, new) in sorted(plan.moves.items()):
-        t.add_row(str(p), "-" if cur is None else str(cur), str(new))
+        at = plan.positions.get(p)
+        new_at = f"{new} (block {at[0]} record {at[1]})" if at else str(new)
+        t.add_row(str(p), "-" if cur is None else str(cur), new_at)
     _console().print(t)
     err.print("applied" if plan.executed else "dry run: nothing changed (add --execute to apply)")
+    _say_dropped(plan)
+
+
+def _say_dropped(plan: Any) -> None:
+    if plan.positions_dropped:
+        err.print(
+            "warning: the notification Kafka dropped the commit metadata that holds the "
+            "block:record: the group reads those objects again from their first record",
+            highlight=False,
+        )
 
 
 @app.command("delete")

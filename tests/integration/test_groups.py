@@ -4,6 +4,7 @@ against a real broker, Kafka (Tansu) and S3."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -15,7 +16,7 @@ import pytest
 from memq import Consumer, Producer
 from memq.consumer.groups import GroupAdmin
 from memq.devstack import StackState
-from memq.errors import InvalidRequestError
+from memq.errors import InvalidPositionError, InvalidRequestError
 from memq.run.broker import BrokerThread
 from memq.testing import broker_config
 
@@ -116,6 +117,33 @@ def test_describe_reset_and_delete_a_group(
     again.close()
     assert sorted(m.value for m in reread) == sorted(
         b"%d-%d" % (n, i) for n, size in enumerate(sizes) for i in range(size)
+    )
+
+    # --to-message-id: that object (checked against its notification), at that record.
+    for bad, says in (("0:3:0:0", "does not exist yet (partition 0 ends at 3)"),
+                      ("0:1:1:0", "has 1 block(s) and 20 record(s): there is no block 1"),
+                      ("0:1:0:20", "there is no block 0 record 20")):  # fmt: skip
+        with pytest.raises(InvalidPositionError, match=re.escape(says)):
+            admin.reset_offsets(group, topic, to="message-id", value=bad, execute=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "memq.cli.main", "group", "reset-offsets", group, "--topic",
+         topic, "--to-message-id", "0:1:0:5", "--execute", "--json", "-b", broker.address],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["partitions"] == {"0": {"current": 3, "new": 1, "position": "0:5"}}
+    # This Kafka drops commit metadata (real Kafka keeps it): said, not silently ignored.
+    assert doc["positions_dropped"] and "reads those objects again" in out.stderr
+    third = Consumer({"bootstrap.servers": broker.address, "group.id": group, **GROUP})
+    third.subscribe(topic)
+    tail: list[Any] = []
+    deadline = time.monotonic() + 60
+    while len(tail) < sizes[1] + sizes[2] and time.monotonic() < deadline:
+        tail.extend(third.consume(100, 1.0))
+    third.close()
+    assert sorted(m.value for m in tail) == sorted(
+        b"%d-%d" % (n, i) for n in (1, 2) for i in range(sizes[n])
     )
 
     admin.delete(group)
