@@ -67,25 +67,55 @@ def create(
     if_not_exists: bool = typer.Option(
         False, "--if-not-exists", help="Succeed if the topic exists."
     ),
+    wait: float = typer.Option(
+        30.0, min=0.0, help="Seconds to wait for the governor to assign its writers."
+    ),
     bootstrap: str | None = BOOTSTRAP,
     state_dir: Path | None = STATE_DIR,
     as_json: bool = JSON,
 ) -> None:
     """Create a topic: the cluster's topic defaults plus --set overrides, validated by the
-    broker; the governor then assigns its writers."""
+    broker; then wait for the governor to assign its writers. Exit 1 when no broker can
+    write it (not enough capacity or buffer memory for --expected-mbps) or no writer was
+    assigned in time; a warning when only part of its expected load could be placed."""
     s = parse_settings(settings)
     if expected_mbps is not None:
         s["expected_mbps"] = expected_mbps
     if partitions is not None:
         s["notification.partitions"] = partitions
-    cfg = _admin(bootstrap, state_dir).create_topic(name, s, if_not_exists=if_not_exists)
+    admin = _admin(bootstrap, state_dir)
+    cfg = admin.create_topic(name, s, if_not_exists=if_not_exists)
+    placed = admin.placement(name, wait)
     if as_json:
-        typer.echo(json.dumps(cfg, indent=2))
-    else:
+        typer.echo(json.dumps({**cfg, "placement": placed}, indent=2))
+    expected = f"expected {cfg.get('expected_mbps')} MB/s"
+    fix = (
+        "add brokers, raise their capacity_mbps / memory_limit_bytes, or lower "
+        f"expected_mbps (memq topic update {name} --set expected_mbps=...)"
+    )
+    if placed is None:
         err.print(
-            f"topic {name} ready (expected {cfg.get('expected_mbps')} MB/s, "
-            f"min {cfg.get('min_writers')} writers)"
+            f"[red]topic {name} created, but the governor assigned no writer within "
+            f"{wait:g} s: check `memq cluster status` (is a governor elected?)[/red]",
+            highlight=False,
         )
+        raise typer.Exit(1)
+    writers = ", ".join(placed["writers"])
+    if not writers:
+        err.print(
+            f"[red]topic {name} created, but no broker can write it ({expected}; the "
+            f"cluster cannot place {placed['shortfall_mbps']:g} MB/s): {fix}[/red]",
+            highlight=False,
+        )
+        raise typer.Exit(1)
+    if placed.get("shortfall_mbps") or placed.get("unplaced_writers"):
+        err.print(
+            f"[yellow]topic {name} ready on {writers}, short of capacity ({expected}; "
+            f"the cluster cannot place {placed['shortfall_mbps']:g} MB/s): {fix}[/yellow]",
+            highlight=False,
+        )
+    elif not as_json:
+        err.print(f"topic {name} ready: writers {writers} ({expected})", highlight=False)
 
 
 @topic_app.command("update")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -95,6 +96,19 @@ class AdminClient:
             TopicCreate(name=name, settings=settings or {}, if_not_exists=if_not_exists)
         )
         return out
+
+    def placement(self, name: str, timeout: float = 30.0) -> dict[str, Any] | None:
+        """``name``'s entry of the cluster status (writers, shortfall_mbps,
+        unplaced_writers, ...) once the governor has placed it: writers assigned, or what
+        it could not place; None if it has not within ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            t = self.cluster_status().get("topics", {}).get(name)
+            if t and (t.get("writers") or t.get("shortfall_mbps") or t.get("unplaced_writers")):
+                return dict(t)
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.2)  # the governor assigns on ZooKeeper's watch: soon
 
     def update_topic(self, name: str, settings: dict[str, Any]) -> dict[str, Any]:
         out: dict[str, Any] = self._call(TopicUpdate(name=name, settings=settings))

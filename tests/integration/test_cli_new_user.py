@@ -115,6 +115,13 @@ def test_topic_describe_shows_set_settings_and_delete_answers_no(
     topic = unique_name("orders")
     proc = memq(memq_stack, "topic", "create", topic, "--partitions", "4", "--set", "batch.ms=500")
     assert proc.returncode == 0, proc.stderr  # the dev stack's broker is clustered
+    assert f"topic {topic} ready: writers broker-" in proc.stderr  # once the governor placed it
+    # A topic no broker can take is said at once, not "ready" (it was).
+    huge = unique_name("huge")
+    proc = memq(memq_stack, "topic", "create", huge, "--expected-mbps", "100000")
+    assert proc.returncode == 1 and "no broker can write it" in proc.stderr, proc.stderr
+    assert "the cluster cannot place 100000 MB/s" in proc.stderr and "ready" not in proc.stderr
+    assert memq(memq_stack, "topic", "delete", huge, "--yes").returncode == 0
     doc = json.loads(memq(memq_stack, "topic", "describe", topic, "--json").stdout)
     assert doc["settings"]["batch"]["ms"] == 500
     assert "secret_access_key" not in json.dumps(doc)
