@@ -19,6 +19,7 @@ from memq.broker.host import BrokerHost
 from memq.broker.ingest import (
     OPENAPI,
     body_fingerprint,
+    decode_body,
     http_status,
     idempotent_id,
     parse_records,
@@ -213,6 +214,9 @@ def _app(server: HttpHost) -> web.Application:
                     f"request body over the broker's limit of {server.config.max_frame_bytes} "
                     "bytes (max_frame_bytes): split the records over several requests"
                 ) from None
+            body = decode_body(
+                body, req.headers.get("Content-Encoding"), server.config.max_frame_bytes
+            )
             records = parse_records(body, req.content_type)
             key = req.headers.get("Idempotency-Key")
             fingerprint = None
@@ -284,7 +288,9 @@ def _app(server: HttpHost) -> web.Application:
 
 
 async def start_http(server: HttpHost, host: str, port: int) -> tuple[web.AppRunner, int]:
-    runner = web.AppRunner(_app(server), access_log=None)
+    # Bodies are decoded by the ingest handler (decode_body): its errors are JSON, its
+    # output is capped, and zstd works without aiohttp's optional decoders.
+    runner = web.AppRunner(_app(server), access_log=None, auto_decompress=False)
     await runner.setup()
     site = web.TCPSite(runner, host, port, reuse_address=True, ssl_context=server.ssl_context)
     await site.start()

@@ -29,12 +29,28 @@ import binascii
 import hashlib
 import json
 import time
+import zlib
 from typing import Any
 
-from memq.errors import IdempotencyKeyReusedError, InvalidRequestError, MemqError, StatusCode
-from memq.formats.block import Record
+import zstandard
 
-__all__ = ["OPENAPI", "body_fingerprint", "http_status", "idempotent_id", "parse_records"]
+from memq.errors import (
+    IdempotencyKeyReusedError,
+    InvalidRequestError,
+    MemqError,
+    MessageTooLargeError,
+    StatusCode,
+)
+from memq.formats.block import INT64_MAX, INT64_MIN, Record
+
+__all__ = [
+    "OPENAPI",
+    "body_fingerprint",
+    "decode_body",
+    "http_status",
+    "idempotent_id",
+    "parse_records",
+]
 
 #: HTTP status for each wire status code (the rest: 500).
 _HTTP = {
@@ -134,13 +150,67 @@ def parse_records(body: bytes, content_type: str, now_ms: int | None = None) -> 
         if not isinstance(rec, dict):
             raise InvalidRequestError(f"record {i} must be an object")
         ts = rec.get("timestamp", now)
-        if type(ts) is not int or not -(1 << 63) <= ts < 1 << 63:
+        if type(ts) is not int or not INT64_MIN <= ts <= INT64_MAX:
             raise InvalidRequestError(f"record {i}: timestamp must be an integer (epoch ms)")
         value = _bytes(rec, "value", i, required=True)
         assert value is not None
         out.append(
             (ts, _bytes(rec, "key", i, required=False), value, _headers(rec.get("headers"), i))
         )
+    return out
+
+
+#: ``Content-Encoding`` values of a request body, and their zlib window bits.
+_ZLIB_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS,
+               "deflate": zlib.MAX_WBITS}  # fmt: skip
+
+
+def decode_body(body: bytes, encoding: str | None, limit: int) -> bytes:
+    """The request body without its ``Content-Encoding`` (none, identity, gzip, deflate
+    or zstd), at most ``limit`` bytes decoded (a small compressed body may expand a
+    thousandfold); a typed error for anything else."""
+    enc = (encoding or "identity").strip().lower()
+    if enc == "identity":
+        return body
+    too_big = MessageTooLargeError(
+        f"the {enc}-decoded body is over the broker's limit of {limit} bytes "
+        "(max_frame_bytes): split the records over several requests"
+    )
+    if enc == "zstd":
+        z = zstandard.ZstdDecompressor().decompressobj()
+        parts, size = [], 0
+        try:  # (small steps: a few bytes of zstd can stand for megabytes)
+            for i in range(0, len(body), 256):
+                parts.append(z.decompress(body[i : i + 256]))
+                size += len(parts[-1])
+                if size > limit or z.eof:
+                    break
+        except zstandard.ZstdError as e:
+            raise InvalidRequestError(f"the body is not valid zstd: {e}") from None
+        out = b"".join(parts)
+        if size <= limit and not z.eof:
+            raise InvalidRequestError("the zstd body is truncated")
+    elif enc in _ZLIB_WBITS:
+        # ("deflate" is sent with the zlib wrapper, as the RFC says, and without)
+        tries = [_ZLIB_WBITS[enc]] + ([-zlib.MAX_WBITS] if enc == "deflate" else [])
+        for wbits in tries:
+            d = zlib.decompressobj(wbits)
+            try:
+                out = d.decompress(body, limit + 1)
+                break
+            except zlib.error:
+                continue
+        else:
+            raise InvalidRequestError(f"the body is not valid {enc}")
+        if len(out) <= limit and not d.eof:
+            raise InvalidRequestError(f"the {enc} body is truncated")
+    else:
+        raise InvalidRequestError(
+            f"Content-Encoding {encoding!r} is not supported: send the body as is, or "
+            "with gzip, deflate or zstd"
+        )
+    if len(out) > limit:
+        raise too_big
     return out
 
 
@@ -183,6 +253,14 @@ OPENAPI: dict[str, Any] = {
                         },
                     },
                     {"name": "Idempotency-Key", "in": "header", "schema": {"type": "string"}},
+                    {
+                        "name": "Content-Encoding",
+                        "in": "header",
+                        "schema": {
+                            "type": "string",
+                            "enum": ["identity", "gzip", "deflate", "zstd"],
+                        },
+                    },
                 ],
                 "requestBody": {
                     "required": True,
