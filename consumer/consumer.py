@@ -40,6 +40,7 @@ from memq.consumer.seeking import Probe, Seeker, first_offset_at
 from memq.consumer.session import LOCAL_GROUP_SESSION, local_group_session
 from memq.consumer.stats import ConsumerStats, stats_dict
 from memq.consumer.topics import Topics
+from memq.config.base import check_timeout
 from memq.errors import ClientClosedError, ConfigError, InvalidPositionError, MemqError
 from memq.formats.notification import Notification
 
@@ -300,7 +301,7 @@ class Consumer:
         """Hand out up to ``limit`` records with ``take(current object, at most n)``
         (returns how many it took), waiting at most ``timeout`` seconds for the first."""
         self._check_open()
-        _check_timeout(timeout)
+        check_timeout(timeout)
         if self._members.mode is None:
             raise MemqError("subscribe() to a topic, or assign() partitions, before consuming")
         got = self._delivery.hand_out(limit, timeout, take)
@@ -319,9 +320,8 @@ class Consumer:
         ``break`` and the commit of ``close()`` cover exactly the records the loop saw.
         :meth:`consume` hands out many per call, at less CPU per record."""
         while not self._closed:
-            msgs = self.consume(1, 1.0)
-            if msgs:
-                yield msgs[0]
+            if (msg := self.poll(1.0)) is not None:
+                yield msg
 
     # --- commits ------------------------------------------------------------------------
 
@@ -427,9 +427,14 @@ class Consumer:
     # --- seeking ------------------------------------------------------------------------
 
     def _check_not_past_the_end(self, topic: str, partition: int, offset: int) -> None:
-        if offset > 0:
-            _check_not_past(
-                topic, partition, offset, self.get_watermark_offsets(topic, partition)[1]
+        """An explicit start past a partition's end is an error at the call: Kafka would
+        apply auto.offset.reset, and the local Kafka just waits there (records published
+        below it meanwhile were then never handed out)."""
+        if offset > 0 and offset > (high := self.get_watermark_offsets(topic, partition)[1]):
+            raise InvalidPositionError(
+                f"offset {offset} is past the end of {topic!r} partition {partition}: its "
+                f"next notification offset is {high} (start at an offset up to {high}, or "
+                "seek_to_end() to read only what comes next)"
             )
 
     def _note_topic(self, topic: str | None) -> str:
@@ -455,10 +460,7 @@ class Consumer:
             )
         mid = MessageId.parse(message_id) if isinstance(message_id, str) else message_id
         tp = (self._note_topic(topic), mid.partition)
-        if mid.offset > 0:
-            assert self._probe is not None
-            high = self._probe.watermarks(tp[0], mid.partition)[1]
-            _check_not_past(topic or tp[0], mid.partition, mid.offset, high)
+        self._check_not_past_the_end(self._topics[tp[0]].name, mid.partition, mid.offset)
         self._seeker.seek(
             tp, mid.offset, Start(mid.block, mid.record) if (mid.block or mid.record) else None
         )
@@ -556,28 +558,6 @@ class Consumer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _check_not_past(topic: str, partition: int, offset: int, high: int) -> None:
-    """An explicit start past a partition's end is an error at the call: Kafka would
-    apply auto.offset.reset, and the local Kafka just waits there (records published
-    below it meanwhile were then never handed out)."""
-    if offset > high:
-        raise InvalidPositionError(
-            f"offset {offset} is past the end of {topic!r} partition {partition}: its next "
-            f"notification offset is {high} (start at an offset up to {high}, or "
-            "seek_to_end() to read only what comes next)"
-        )
-
-
-def _check_timeout(timeout: float | None) -> None:
-    if timeout is None:
-        return
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0:
-        raise ConfigError(
-            f"timeout must be seconds >= 0, or None to wait without limit (Kafka's -1), "
-            f"got {timeout!r}"
-        )
 
 
 def _check_timestamp(ts: int, what: str) -> None:

@@ -33,6 +33,7 @@ from typing import Any
 from memq.audit.figures import Figures, GroupFigures, TopicFigures
 from memq.errors import MemqError
 from memq.formats.audit import AuditRecord
+from memq.formats.block import INT64_MAX
 
 __all__ = ["AuditStore", "GroupFigures", "Ingest", "TopicFigures"]
 
@@ -105,7 +106,6 @@ ON CONFLICT (topic, grp, producer_id, epoch, sequence) DO UPDATE SET
 
 
 #: The largest SQLite INTEGER (a signed 64-bit integer).
-_I64_MAX = (1 << 63) - 1
 
 
 def _i64(u: int) -> int:
@@ -188,7 +188,7 @@ class AuditStore:
             pid, seq = _i64(r.producer_id), _i64(r.sequence)
             if r.kind == "produced":
                 expires = (
-                    None if r.retention_ms is None else min(r.time + r.retention_ms, _I64_MAX)
+                    None if r.retention_ms is None else min(r.time + r.retention_ms, INT64_MAX)
                 )  # (Kafka's "forever", Long.MAX_VALUE, would overflow SQLite's INTEGER)
                 produced.append(
                     (r.topic, pid, r.epoch, seq, r.records, r.content_crc, r.min_timestamp,

@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 from memq.config.base import NAME, FrozenModel, MiB
 from memq.config.loading import SECRET_KEY
 from memq.config.storage import StorageConfig
+from memq.formats.block import INT64_MAX
 from memq.retention import DEFAULT_RETENTION_MS, notification_retention_ms, retention_tags
 
 __all__ = ["BatchConfig", "NotificationConfig", "RetentionConfig", "TopicConfig", "TopicSettings"]
@@ -48,7 +49,6 @@ class BatchConfig(FrozenModel):
 
 
 #: The largest value a Kafka long (and the wire's int64) holds.
-_I64_MAX = (1 << 63) - 1
 
 
 class RetentionConfig(FrozenModel):
@@ -58,10 +58,10 @@ class RetentionConfig(FrozenModel):
 
     #: Delete the objects of every hour partition that ended longer ago than this (ms);
     #: null or -1: keep forever. Default 7 days, like Kafka.
-    ms: int | None = Field(default=DEFAULT_RETENTION_MS, ge=1, le=_I64_MAX)
+    ms: int | None = Field(default=DEFAULT_RETENTION_MS, ge=1, le=INT64_MAX)
     #: Then delete the oldest hour partitions until the topic's objects fit in this many
     #: bytes (never the hour being written); null or -1: no size bound.
-    max_bytes: int | None = Field(default=None, ge=1, le=_I64_MAX, alias="bytes")
+    max_bytes: int | None = Field(default=None, ge=1, le=INT64_MAX, alias="bytes")
 
     @field_validator("ms", "max_bytes", mode="before")
     @classmethod

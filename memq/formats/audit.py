@@ -39,6 +39,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from memq.errors import UnsupportedVersionError
+from memq.formats.block import INT64_MAX, INT64_MIN
 from memq.formats.crcjson import decode_crc_json, encode_crc_json, field_error
 
 __all__ = [
@@ -59,7 +60,7 @@ AuditKind = Literal["produced", "consumed", "dropped"]
 _Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9._-]{1,249}$")]
 _U32 = Annotated[int, Field(ge=0, le=0xFFFFFFFF)]
 _U64 = Annotated[int, Field(ge=0, le=(1 << 64) - 1)]
-_Ts = Annotated[int, Field(ge=-(1 << 63), le=(1 << 63) - 1)]
+_Ts = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
 _Short = Annotated[str, Field(max_length=256)]
 
 

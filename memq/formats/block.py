@@ -47,6 +47,8 @@ __all__ = [
     "BLOCK_MAGIC",
     "BLOCK_VERSION",
     "DEFAULT_MAX_UNCOMPRESSED",
+    "INT64_MAX",
+    "INT64_MIN",
     "BlockHeader",
     "Header",
     "Record",
@@ -70,8 +72,9 @@ DEFAULT_MAX_UNCOMPRESSED = 64 * 1024 * 1024
 
 _U32 = 0xFFFFFFFF
 _U64 = 0xFFFFFFFFFFFFFFFF
-_I64_MIN = -(1 << 63)
-_I64_MAX = (1 << 63) - 1
+#: The range of a signed 64-bit integer (timestamps, Kafka longs).
+INT64_MIN = -(1 << 63)
+INT64_MAX = (1 << 63) - 1
 
 Header = tuple[str, bytes | None]
 #: A record as stored: (timestamp ms, key, value, headers).
@@ -244,8 +247,8 @@ def _frame(
     _check_range("sequence", sequence, 0, _U64)
     if count > _U32:
         raise MalformedError(f"too many records for one block: {count}")
-    _check_range("min_timestamp", min_timestamp, _I64_MIN, _I64_MAX)
-    _check_range("max_timestamp", max_timestamp, min_timestamp, _I64_MAX)
+    _check_range("min_timestamp", min_timestamp, INT64_MIN, INT64_MAX)
+    _check_range("max_timestamp", max_timestamp, min_timestamp, INT64_MAX)
     if len(raw) > _U32:
         raise MalformedError(f"block body of {len(raw)} bytes exceeds the 4 GiB format limit")
     body = compress(compression, raw)

@@ -24,6 +24,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from memq.errors import MalformedError, UnsupportedVersionError
+from memq.formats.block import INT64_MAX, INT64_MIN
 from memq.formats.crcjson import decode_crc_json, encode_crc_json, field_error
 
 __all__ = [
@@ -39,8 +40,8 @@ MAX_NOTIFICATION_SIZE = 64 * 1024
 
 _Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9._-]{1,249}$")]
 _U32 = Annotated[int, Field(ge=0, le=0xFFFFFFFF)]
-_Count = Annotated[int, Field(ge=1, le=(1 << 63) - 1)]
-_Ts = Annotated[int, Field(ge=-(1 << 63), le=(1 << 63) - 1)]
+_Count = Annotated[int, Field(ge=1, le=INT64_MAX)]
+_Ts = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
 
 
 class Notification(BaseModel):

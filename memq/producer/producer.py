@@ -25,8 +25,9 @@ from memq.aio import LoopInbox
 from memq.audit.client import ClientAudit
 from memq.client.bootstrap import resolve_client
 from memq.client.stats import StatsCollector, split_stats_cb, stats_ticker
+from memq.config.base import check_timeout
 from memq.errors import ClientClosedError, ConfigError, MemqError, MessageTooLargeError
-from memq.formats.block import BLOCK_HEADER_SIZE, Header
+from memq.formats.block import BLOCK_HEADER_SIZE, INT64_MAX, INT64_MIN, Header
 from memq.formats.keys import validate_name
 from memq.producer.accumulator import RECORD_OVERHEAD, OpenBlock, SealedBlock, record_size
 from memq.producer.config import ProducerConfig
@@ -80,7 +81,7 @@ def _timestamp(ts: Any) -> int:
             raise TypeError(
                 f"record timestamp must be an int (epoch milliseconds), not {type(ts).__name__}"
             ) from None
-    if not -(1 << 63) <= ts < 1 << 63:
+    if not INT64_MIN <= ts <= INT64_MAX:
         raise ConfigError(f"record timestamp {ts} does not fit an int64 (epoch milliseconds)")
     return int(ts)
 
@@ -228,6 +229,10 @@ class Producer(BlockFilling):
         k = key if key is None or type(key) is bytes else _as_bytes(key, "key")
         h = _headers(headers) if headers else None
         ts = time.time_ns() // 1_000_000 if timestamp is None else _timestamp(timestamp)
+        if on_delivery is not None and not callable(on_delivery):  # (it failed on the I/O
+            raise TypeError(  # thread, logged, after the record was sent)
+                f"on_delivery must be a callable(err, metadata), not {type(on_delivery).__name__}"
+            )
         # (the common record, no key and no headers, sized without a call)
         size = len(v) + RECORD_OVERHEAD if k is None and h is None else record_size(k, v, h)
         limit = self._limits.get(topic) or self._block_limit(topic)
@@ -417,6 +422,7 @@ class Producer(BlockFilling):
 
         Returns the number of records still pending (0 when everything completed).
         """
+        check_timeout(timeout)
         if self._on_io_thread():  # (it would wait for the thread it blocks)
             raise MemqError("flush() cannot be called from a delivery callback")
         with self._lock:

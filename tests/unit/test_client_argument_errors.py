@@ -39,6 +39,11 @@ PRODUCE_CASES: list[tuple[Callable[[Any], object], type[Exception], str]] = [
     (lambda p: p.produce_batch("t", "abc"), TypeError, "values must be a list of bytes"),
     (lambda p: p.produce_batch("t", b"abc"), TypeError, "values must be a list of bytes"),
     (lambda p: p.produce_batch("t", None), TypeError, "values must be a list of bytes"),
+    # a non-callable callback was taken; it failed on the I/O thread after the send, logged
+    (lambda p: p.produce("t", b"x", on_delivery="cb"), TypeError, "must be a callable"),
+    # flush(-1) (Kafka's "no limit") returned at once with everything still pending
+    (lambda p: p.flush(-1), ConfigError, "None to wait without limit"),
+    (lambda p: p.flush("5"), ConfigError, "timeout must be seconds"),
 ]
 
 
