@@ -72,6 +72,9 @@ CREATE TABLE IF NOT EXISTS offsets (
     PRIMARY KEY (kafka_topic, partition)
 );
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS retention (
+    topic TEXT PRIMARY KEY, since_ms INTEGER NOT NULL, retention_ms INTEGER NOT NULL
+);
 """
 
 _INSERT_PRODUCED = """
@@ -80,6 +83,10 @@ INSERT INTO produced (topic, producer_id, epoch, sequence, records, content_crc,
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (topic, producer_id, epoch, sequence) DO UPDATE SET reports = reports + 1
 """
+
+#: Every block of a topic expires ``retention.ms`` (the topic's latest, as the retention
+#: job deletes by it) after its ack; capped at the largest SQLite INTEGER.
+_EXPIRES = f"CASE WHEN ? > {INT64_MAX} - acked_ms THEN {INT64_MAX} ELSE acked_ms + ? END"
 
 _INSERT_CONSUMED = """
 INSERT INTO consumed (topic, grp, producer_id, epoch, sequence, records, content_crc,
@@ -106,6 +113,15 @@ ON CONFLICT (topic, grp, producer_id, epoch, sequence) DO UPDATE SET
 
 
 #: The largest SQLite INTEGER (a signed 64-bit integer).
+
+
+def _expiring(row: tuple[Any, ...], current: dict[str, int]) -> tuple[Any, ...]:
+    """A ``produced`` row (its last field: the retention.ms it reported, or None) with its
+    expiry: ack time plus the topic's latest retention (Kafka's "forever",
+    Long.MAX_VALUE, capped: it would overflow SQLite's INTEGER)."""
+    retention = current.get(row[0], row[-1])
+    expires = None if retention is None else min(row[7] + retention, INT64_MAX)
+    return (*row[:-1], expires)
 
 
 def _i64(u: int) -> int:
@@ -183,16 +199,17 @@ class AuditStore:
         consumed: list[tuple[Any, ...]] = []
         dropped: list[tuple[Any, ...]] = []
         offsets: dict[tuple[str, int], int] = {}
+        #: Per topic, the newest (ack time, retention.ms) this batch reports.
+        seen: dict[str, tuple[int, int]] = {}
         for item in batch:
             r = item.record
             pid, seq = _i64(r.producer_id), _i64(r.sequence)
             if r.kind == "produced":
-                expires = (
-                    None if r.retention_ms is None else min(r.time + r.retention_ms, INT64_MAX)
-                )  # (Kafka's "forever", Long.MAX_VALUE, would overflow SQLite's INTEGER)
+                if r.retention_ms is not None and r.time >= seen.get(r.topic, (r.time, 0))[0]:
+                    seen[r.topic] = (r.time, r.retention_ms)
                 produced.append(
                     (r.topic, pid, r.epoch, seq, r.records, r.content_crc, r.min_timestamp,
-                     r.time, r.acks, r.bucket, r.key, r.client, expires)
+                     r.time, r.acks, r.bucket, r.key, r.client, r.retention_ms)
                 )  # fmt: skip
             elif r.kind == "consumed":
                 consumed.append(
@@ -211,7 +228,8 @@ class AuditStore:
         conn = self._conn()
         conn.execute("BEGIN IMMEDIATE")
         try:
-            conn.executemany(_INSERT_PRODUCED, produced)
+            current = self._apply_retention(conn, seen)
+            conn.executemany(_INSERT_PRODUCED, [_expiring(row, current) for row in produced])
             conn.executemany(_INSERT_CONSUMED, consumed)
             conn.executemany(_INSERT_DROPPED, dropped)
             conn.executemany(
@@ -236,6 +254,34 @@ class AuditStore:
             conn.execute("ROLLBACK")
             raise
         return len(produced) + len(consumed) + len(dropped)
+
+    @staticmethod
+    def _apply_retention(
+        conn: sqlite3.Connection, seen: dict[str, tuple[int, int]]
+    ) -> dict[str, int]:
+        """Each topic's latest retention.ms (of ``seen``, the batch's newest reports, and
+        the stored ones), stored; a topic's blocks expire by it, whatever it was at their
+        ack: lowered, the retention job deletes older blocks early (expired, not missing)."""
+        current: dict[str, int] = {}
+        for topic, (since, ret) in seen.items():
+            row = conn.execute(
+                "SELECT since_ms, retention_ms FROM retention WHERE topic = ?", (topic,)
+            ).fetchone()
+            if row is not None and row[0] >= since:  # the stored report is newer
+                current[topic] = row[1]
+                continue
+            current[topic] = ret
+            conn.execute(
+                "INSERT INTO retention VALUES (?, ?, ?) ON CONFLICT (topic) DO UPDATE SET "
+                "since_ms = excluded.since_ms, retention_ms = excluded.retention_ms",
+                (topic, since, ret),
+            )
+            if row is not None and row[1] != ret:  # changed: every earlier block of it
+                conn.execute(
+                    f"UPDATE produced SET expires_ms = {_EXPIRES} WHERE topic = ?",
+                    (ret, ret, topic),
+                )
+        return current
 
     def offsets(self, kafka_topic: str) -> dict[int, int]:
         rows = self._conn().execute(

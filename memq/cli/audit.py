@@ -229,8 +229,8 @@ def print_report(console: Console, doc: dict[str, Any], missing: dict[str, Any])
     _print(doc, doc["topics"][0] if doc["topics"] else None, missing, console)
 
 
-_REPORT_COLUMNS = ("group", "consumed", "missing", "pending", "duplicates", "dups dropped",
-                   "mismatches", "unaudited", "p50", "p99", "status")  # fmt: skip
+_REPORT_COLUMNS = ("group", "consumed", "missing", "pending", "expired", "duplicates",
+                   "dups dropped", "mismatches", "unaudited", "p50", "p99", "status")  # fmt: skip
 
 
 def _print(
@@ -261,6 +261,7 @@ def _print(
             f"{g['consumed_records']:,}",
             f"{g['missing_records']:,}",
             f"{g['pending_records']:,}",
+            f"{g['expired_records']:,}",  # never handed out, past the topic's retention
             f"{g['duplicate_records']:,} ({g['duplicate_blocks']} blocks)",
             f"{g['dropped_duplicate_records']:,} ({g['dropped_duplicate_blocks']} copies)",
             str(g["mismatches"]),

@@ -86,7 +86,8 @@ class AuditRecord(BaseModel):
     group: _Short | None = None
     block_index: Annotated[int, Field(ge=0, le=0xFFFFFFFF)] | None = None
     #: ``produced`` only: the topic's retention.ms when the block was acked (null:
-    #: forever or unknown); past it, an unconsumed block is expired, not missing.
+    #: unknown; forever is 9223372036854775807, Kafka's Long.MAX_VALUE); past the
+    #: topic's latest retention, an unconsumed block is expired, not missing.
     retention_ms: Annotated[int, Field(ge=0)] | None = None
 
 

@@ -412,7 +412,8 @@ class Producer(BlockFilling):
             "bucket": meta.get("bucket"),
             "key": meta.get("key"),
             "block_index": meta.get("block_index"),
-            "retention_ms": tmeta.retention_ms if tmeta is not None else None,
+            # (null: unknown; a topic kept forever reports Long.MAX_VALUE, as Kafka)
+            "retention_ms": None if tmeta is None else (tmeta.retention_ms or INT64_MAX),
         }
 
     # --- flush / close ------------------------------------------------------------------

@@ -15,7 +15,7 @@ from memq.cli.audit import print_report
 def _group(name: str, **over: Any) -> dict[str, Any]:
     g = {
         "group": name, "consumed_records": 1_234_567, "missing_records": 89,
-        "pending_records": 4_321, "duplicate_records": 12, "duplicate_blocks": 3,
+        "pending_records": 4_321, "expired_records": 5_555, "duplicate_records": 12, "duplicate_blocks": 3,
         "dropped_duplicate_records": 56, "dropped_duplicate_blocks": 7, "mismatches": 2,
         "unaudited_records": 9_876, "latency_p50_ms": 6910, "latency_p99_ms": 7010,
         "status": "missing",
@@ -37,7 +37,7 @@ DOC = {
         }
     ],
 }
-FIGURES = ["1,234,567", "89", "4,321", "12 (3 blocks)", "56 (7 copies)", "9,876",
+FIGURES = ["1,234,567", "89", "4,321", "5,555", "12 (3 blocks)", "56 (7 copies)", "9,876",
            "6.91 s", "7.01 s", "missing", "ok"]  # fmt: skip
 
 
