@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 from memq.audit.client import ClientAudit
 from memq.client.bootstrap import resolve_client
 from memq.client.stats import StatsCollector, split_stats_cb, stats_ticker
+from memq.config.base import check_timeout
 from memq.consumer.auditing import audit_object
 from memq.consumer.config import ConsumerConfig
 from memq.consumer.connect import Connector, KafkaConnector
@@ -40,7 +41,6 @@ from memq.consumer.seeking import Probe, Seeker, first_offset_at
 from memq.consumer.session import LOCAL_GROUP_SESSION, local_group_session
 from memq.consumer.stats import ConsumerStats, stats_dict
 from memq.consumer.topics import Topics
-from memq.config.base import check_timeout
 from memq.errors import ClientClosedError, ConfigError, InvalidPositionError, MemqError
 from memq.formats.notification import Notification
 

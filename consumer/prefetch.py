@@ -315,9 +315,7 @@ class Prefetcher:
             raise copy.copy(head.error)  # the same error each time, a fresh instance
         try:
             fetched = head.future.result(timeout=timeout)
-        except TimeoutError:
-            return None
-        except MemqError as e:
+        except MemqError as e:  # (first: a fetch's RequestTimeoutError is a TimeoutError)
             kind = self._skippable(head, e)
             if kind is not None:
                 self._pop(i)
@@ -329,6 +327,8 @@ class Prefetcher:
             if self._expired(head):
                 raise self._expired_error(head) from e
             raise
+        except TimeoutError:  # not fetched yet
+            return None
         self._pop(i)
         self._stats.bytes += fetched.bytes_read
         self._stats.fetch_seconds += fetched.seconds

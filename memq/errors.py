@@ -194,7 +194,10 @@ class ClientClosedError(MemqError):
     """The client was closed; no further operations are possible."""
 
 
-class RequestTimeoutError(MemqError):
+class RequestTimeoutError(MemqError, TimeoutError):
+    """No answer in time; also a builtin ``TimeoutError`` (``except TimeoutError``, as for
+    ``concurrent.futures.Future.result``). Its outcome is unknown: retry."""
+
     retriable = True
     status = StatusCode.REQUEST_TIMED_OUT
 

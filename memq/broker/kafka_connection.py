@@ -481,10 +481,10 @@ class KafkaConnection(KafkaStream):
             await asyncio.wait_for(
                 asyncio.shield(done), timeout_ms / 1000 if timeout_ms > 0 else None
             )
+        except MemqError as e:  # (first: a RequestTimeoutError is a TimeoutError too)
+            return (kafka_error(e, v), -1, str(e))
         except TimeoutError:
             return (KafkaError.REQUEST_TIMED_OUT, -1, f"not stored within {timeout_ms} ms")
-        except MemqError as e:
-            return (kafka_error(e, v), -1, str(e))
         except asyncio.CancelledError:
             if done.cancelled():  # the upload was cancelled (shutdown), not us
                 return (KafkaError.NOT_LEADER_OR_FOLLOWER, -1, "the broker is shutting down")

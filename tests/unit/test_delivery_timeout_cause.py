@@ -41,6 +41,7 @@ def test_a_record_wait_that_times_out_names_the_last_error(producer: Producer) -
         with pytest.raises(RequestTimeoutError) as info:
             fut.result(timeout=0.2)
         msg = str(info.value)
+        assert isinstance(info.value, TimeoutError)  # `except TimeoutError`, as for Future
         assert msg.startswith("record not delivered within 0.2 s (last error: ")
         assert UNRESOLVABLE in msg
         assert "not known" in msg or "resolve" in msg or "nodename" in msg, msg
