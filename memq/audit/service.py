@@ -82,6 +82,8 @@ class Auditor:
     # --- lifecycle ----------------------------------------------------------------------
 
     async def start(self) -> None:
+        # (`memq audit report --db` reads the file with the serving auditor's grace)
+        self.store.set_meta("grace_period_s", repr(self.config.grace_period_s))
         self.ingest.start()
         app = build_app(
             self,

@@ -289,22 +289,26 @@ class AuditStore:
         )
         return {int(p): int(o) for p, o in rows}
 
+    def meta(self, key: str) -> str | None:
+        """A value of the meta table: ``schema_version``, ``grace_period_s`` (the
+        serving auditor's, for reports read from the file), ``topic_id:<audit topic>``."""
+        row = self._conn().execute("SELECT v FROM meta WHERE k = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_meta(self, key: str, value: str) -> None:
+        self._conn().execute(
+            "INSERT INTO meta VALUES (?, ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v",
+            (key, value),
+        )
+
     # The Kafka topic id the stored offsets of an audit topic belong to (meta table): a
     # different id means a different topic (a new Kafka, or deleted and created again).
 
     def topic_id(self, kafka_topic: str) -> str | None:
-        row = (
-            self._conn()
-            .execute("SELECT v FROM meta WHERE k = ?", (f"topic_id:{kafka_topic}",))
-            .fetchone()
-        )
-        return None if row is None else str(row[0])
+        return self.meta(f"topic_id:{kafka_topic}")
 
     def set_topic_id(self, kafka_topic: str, topic_id: str) -> None:
-        self._conn().execute(
-            "INSERT INTO meta VALUES (?, ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v",
-            (f"topic_id:{kafka_topic}", topic_id),
-        )
+        self.set_meta(f"topic_id:{kafka_topic}", topic_id)
 
     def resync(self, kafka_topic: str, topic_id: str | None) -> dict[int, int]:
         """Forget the offsets of ``kafka_topic`` (it is re-read from the beginning) and

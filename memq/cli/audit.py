@@ -137,7 +137,9 @@ def report(
         callback=http_url,
     ),
     db: Path | None = typer.Option(
-        None, help="Read this auditor SQLite file directly instead of asking a running auditor."
+        None,
+        help="Read this auditor SQLite file directly instead of asking a running auditor "
+        "(with the grace period that auditor served with).",
     ),
     limit: int = typer.Option(20, min=0, help="Missing blocks to list per group."),
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
@@ -203,6 +205,9 @@ def _from_db(
     cfg = AuditorConfig(kafka=AuditKafkaConfig(bootstrap_servers="unused:0"), db_path=db)
     auditor = Auditor(cfg)
     try:
+        served = auditor.store.meta("grace_period_s")
+        if params.get("grace_s") is None and served is not None:  # the auditor's own grace
+            params = {**params, "grace_s": f"{float(served):g}s"}
         doc = auditor.summary(params)
         missing = {
             g["group"]: auditor.store.missing(
