@@ -195,6 +195,7 @@ def test_dashboard_shows_the_flow_then_a_deleted_object_as_missing(
         expect_cell(row, "produced", 3000, "produced records")
         expect_cell(row, "consumed", 3000, "consumed records")
         expect_cell(row, "missing", 0, "missing records")
+        expect_cell(row, "expired", 0, "expired records")
         expect_cell(row, "mismatches", 0, "mismatches")
         expect_cell(row, "status", "ok", "status")
         status_cell = row.locator('td[data-col="status"]')
@@ -380,6 +381,8 @@ def test_dashboard_renders_api_strings_as_text(
                         "missing_records": 5,
                         "pending_blocks": 0,
                         "pending_records": 0,
+                        "expired_blocks": 2,
+                        "expired_records": 700,
                         "duplicate_blocks": 0,
                         "duplicate_records": 0,
                         "dropped_duplicate_blocks": 3,
@@ -432,6 +435,7 @@ def test_dashboard_renders_api_strings_as_text(
         expect(row).to_have_attribute("data-topic", evil_topic)
         expect(row.locator('td[data-col="topic"]')).to_have_text(evil_topic)
         expect(row.locator('td[data-col="group"]')).to_have_text(evil_group)
+        expect_cell(row, "expired", 700, "expired records")
         dropped = row.locator('td[data-col="dropped"]')  # consumer dedup at work
         expect(dropped).to_have_text("2,400")
         expect(dropped).to_have_attribute("data-blocks", "3")

@@ -252,6 +252,7 @@
         })
       );
       cells.push(numCell("pending", g.pending_records, { title: plural(g.pending_blocks, "block") + " within the grace period" }));
+      cells.push(numCell("expired", g.expired_records, { title: plural(g.expired_blocks, "block") + " never consumed, past the topic's retention.ms" }));
       cells.push(
         numCell("duplicates", g.duplicate_records, {
           "data-blocks": g.duplicate_blocks,
@@ -278,7 +279,7 @@
     } else {
       cells.push(el("td", { "data-col": "group", "data-value": "", class: "no-consumers" }, ["no consumers"]));
       cells.push(numCell("produced", t.produced_records, { title: plural(t.produced_blocks, "block") }));
-      ["consumed", "missing", "pending", "duplicates", "dropped", "mismatches", "p50", "p99"].forEach(function (c) {
+      ["consumed", "missing", "pending", "expired", "duplicates", "dropped", "mismatches", "p50", "p99"].forEach(function (c) {
         cells.push(el("td", { class: "num", "data-col": c, "data-value": "" }, ["\u2014"]));
       });
     }
