@@ -11,11 +11,11 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Literal
 
 from memq.errors import ConfigError, MalformedError
 from memq.formats.keys import validate_name
+from memq.formats.times import iso_ms
 
 __all__ = [
     "DEFAULT_CLUSTER",
@@ -57,8 +57,6 @@ KNOWN_OPTIONS: dict[str, str] = {
     "max_objects_per_trigger": "streaming: cap on objects per micro-batch (unlimited)",
 }
 
-_ISO_Z = re.compile(r"Z$", re.IGNORECASE)
-
 
 def parse_time_ms(name: str, value: str) -> int:
     """Epoch milliseconds from ``value``: an integer (ms) or an ISO-8601 date/time.
@@ -69,15 +67,12 @@ def parse_time_ms(name: str, value: str) -> int:
     if re.fullmatch(r"-?\d+", v):
         return int(v)
     try:
-        t = datetime.fromisoformat(_ISO_Z.sub("+00:00", v))
+        return iso_ms(v)
     except ValueError:
         raise ConfigError(
             f"option {name}={value!r} is not a time: use ISO-8601 "
             "(2025-11-22T05:00:00Z, 2025-11-22) or epoch milliseconds"
         ) from None
-    if t.tzinfo is None:
-        t = t.replace(tzinfo=UTC)
-    return int(t.timestamp() * 1000)
 
 
 def _int(opts: Mapping[str, str], name: str, default: int, lo: int, hi: int) -> int:

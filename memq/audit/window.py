@@ -6,6 +6,7 @@ import re
 from datetime import UTC, datetime
 
 from memq.errors import ConfigError
+from memq.formats.times import iso_ms
 
 __all__ = ["parse_duration_s", "parse_since"]
 
@@ -41,15 +42,12 @@ def parse_since(text: str, now_ms: int) -> int:
         since = now_ms - back
     else:
         try:
-            when = datetime.fromisoformat(t.replace("Z", "+00:00"))
+            since = iso_ms(t)
         except ValueError:
             raise ConfigError(
                 f"{text!r} is neither a duration (10m, 2h, 1d), an ISO-8601 time "
                 "(2026-11-22T05:00:00Z) nor epoch milliseconds"
             ) from None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=UTC)
-        since = int(when.timestamp() * 1000)
     if since >= now_ms:
         raise ConfigError(
             f"{text!r} is not in the past (now is {_utc(now_ms)} UTC): the window would be empty"

@@ -6,7 +6,6 @@ import logging
 import os
 import sys
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from rich.table import Table
 from memq.cli.options import BOOTSTRAP, STATE_DIR, http_url, positive, topic_name
 from memq.cli.produce import field_format, pairs, separator, usage_config
 from memq.errors import MemqError
+from memq.formats.times import iso_ms
 
 err = Console(stderr=True, soft_wrap=True)
 
@@ -29,16 +29,11 @@ def parse_time(text: str) -> int:
         ms = int(text)
     else:
         try:
-            t = datetime.fromisoformat(text.replace("Z", "+00:00"))
+            ms = iso_ms(text)
         except ValueError:
             raise typer.BadParameter(
                 f"{text!r} is not ISO-8601 (e.g. 2026-11-22T05:00:00Z) or epoch ms"
             ) from None
-        if t.tzinfo is None:
-            from datetime import UTC
-
-            t = t.replace(tzinfo=UTC)
-        ms = int(t.timestamp() * 1000)
     if ms < 0:
         raise typer.BadParameter(f"{text!r} is before 1970 (epoch ms must be 0 or more)")
     return ms

@@ -537,3 +537,17 @@ def test_a_batch_that_fails_to_store_is_read_again(store: AuditStore) -> None:
     ing._ingest_once(kafka)
     assert figures(store, T0 + 60_000).produced_blocks == 3  # (p, seq) pairs: 3 distinct
     assert store.offsets("memq.audit") == {0: 3, 1: 3}
+
+
+def test_iso_times_all_readers_share() -> None:
+    """`memq consume --from-time`, `audit report --since` and the Spark options read ISO
+    text the same way (one parser): Z or z, an offset, no zone (UTC), a date alone."""
+    from memq.formats.times import iso_ms
+
+    for text in ("2025-11-22T05:00:00Z", "2025-11-22T05:00:00z", "2025-11-22T06:00:00+01:00",
+                 " 2025-11-22T05:00:00 ", "2025-11-22 05:00"):  # fmt: skip
+        assert iso_ms(text) == 1763787600000, text
+    assert iso_ms("2025-11-22") == 1763769600000
+    for bad in ("yesterday", "", "Z", "2025-13-01"):
+        with pytest.raises(ValueError):
+            iso_ms(bad)
