@@ -210,10 +210,9 @@ def consume(
     if start_id is not None:
         partition = start_id.partition
     _use_state_dir(state_dir)
-    conf: dict[str, Any] = {
-        "auto.offset.reset": "earliest",
-        "enable.auto.commit": not no_commit,
-    }
+    # Commits are made here, after the printed records were flushed to stdout (a reader
+    # that closed the pipe, `| head`, did not get what was written after it left).
+    conf: dict[str, Any] = {"auto.offset.reset": "earliest", "enable.auto.commit": False}
     if group is not None:
         conf["group.id"] = group
     if bootstrap:
@@ -238,6 +237,10 @@ def consume(
     elif start_ms is not None:
         c.seek_to_time(start_ms)
     out = sys.stdout
+    commits = group is not None and not no_commit
+    every = int(conf.get("auto.commit.interval.ms", 5000)) / 1000
+    next_commit = time.monotonic() + every
+    closed_pipe = False
     n = nbytes = 0
     #: Records printed per object (partition, offset): what a commit covers, or not.
     printed: dict[tuple[int, int], int] = {}
@@ -282,13 +285,25 @@ def consume(
             n += len(batch)
             if tty:
                 err.print(f"\r{n:,} records, {n / (time.monotonic() - t0):,.0f}/s", end="")
+            if commits and last >= next_commit:  # (as auto-commit, once printed)
+                out.flush()
+                c.commit(asynchronous=True)
+                next_commit = last + every
         out.flush()
     except KeyboardInterrupt:
         pass
+    except BrokenPipeError:  # the reader left: stop, keep the offsets, say so on stderr
+        closed_pipe = True
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     finally:
         if joining is not None:
             joining.stop()
-        committed = _commit(c, topic, group, no_commit, printed)
+        committed = (
+            "no (the output was closed: the last records printed may not have been read, "
+            "so the group's offsets stay at its last commit)"
+            if closed_pipe and commits
+            else _commit(c, topic, group, no_commit, printed)
+        )
         elapsed = time.monotonic() - t0
         stats = c.stats
         c.close()
@@ -310,6 +325,8 @@ def consume(
         )
     t.add_row("committed", committed)
     err.print(t)
+    if closed_pipe:
+        raise typer.Exit(141)  # (128 + SIGPIPE, as a shell tool killed by it)
 
 
 def _not_metadata_dropped(record: logging.LogRecord) -> bool:

@@ -160,6 +160,35 @@ def test_consume_on_the_local_stack_joins_fast_and_says_so(
     assert took < 18, f"consume took {took:.1f} s: the group join used the 45 s session"
 
 
+def test_consume_into_a_closed_pipe_stops_and_commits_nothing(
+    memq_stack: StackState, unique_name: Any, tmp_path: Any
+) -> None:
+    """`memq consume -g G | head -2`: head leaves, the next write fails; what was written
+    into the pipe was never read, so the group's offsets must not move past it (they
+    were committed, and a traceback-less exit 1 said nothing)."""
+    from memq.consumer.groups import GroupAdmin
+    from memq.errors import InvalidRequestError
+
+    topic = unique_name("pipe")
+    proc = memq(memq_stack, "produce", "--topic", topic, "--count", "20000", "--size", "20")
+    assert proc.returncode == 0, proc.stderr
+    group = f"{topic}-g"
+    cmd = f"{sys.executable} -m memq.cli.main consume -t {topic} -g {group} --max 20000"
+    proc = subprocess.run(
+        ["bash", "-c", f"{cmd} 2>err.txt | head -2; echo rc=${{PIPESTATUS[0]}}"],
+        capture_output=True, text=True, timeout=180, cwd=tmp_path,
+        env={**os.environ, "MEMQ_STATE_DIR": memq_stack.state_dir}, check=False,
+    )  # fmt: skip
+    lines = proc.stdout.splitlines()
+    errors = (tmp_path / "err.txt").read_text()
+    assert len(lines) == 3 and lines[2] == "rc=141", (proc.stdout, errors)
+    assert "output was closed" in " ".join(errors.replace("│", " ").split()), errors
+    assert "Traceback" not in errors and "BrokenPipe" not in errors, errors
+    admin = GroupAdmin(memq_stack.extra["brokers"][0]["endpoint"])
+    with pytest.raises(InvalidRequestError, match="no committed offsets"):
+        admin.describe(group, topic)
+
+
 def test_consume_max_inside_an_object_prints_its_summary_not_a_log_line(
     memq_stack: StackState, unique_name: Any
 ) -> None:
