@@ -194,6 +194,8 @@ class Consumer:
                     f"a str topic and an int partition, got {e!r}"
                 )
             where: Where = e[2] if len(e) > 2 else None
+            if any(t == e[0] and p == part for t, p, _ in entries):  # (the last one won)
+                raise ConfigError(f"assign names partition {part} of {e[0]!r} twice")
             entries.append((e[0], part, where))
         for topic, part, where in entries:
             if where is not None and not isinstance(where, bool):
@@ -329,7 +331,7 @@ class Consumer:
         if self.config.group_id is None:
             raise ConfigError(f"{what} needs a group.id: this consumer reads without a group")
 
-    def commit(self, asynchronous: bool = False) -> dict[tuple[str, int], int]:
+    def commit(self, *, asynchronous: bool = False) -> dict[tuple[str, int], int]:
         """Commit, per partition, everything handed out: the offset after the last object
         fully handed out or, for an object handed out in part, that object's offset with
         the position of its next record in the commit metadata (a consumer starting from
@@ -338,6 +340,8 @@ class Consumer:
 
         Returns the committed notification offset per ``(topic, partition)`` with
         progress (also those unchanged since the last commit, which are not sent again).
+        ``asynchronous`` is keyword-only: confluent-kafka's ``commit(msg)`` (commit up to
+        that message) is a TypeError here, never a commit of everything handed out.
         """
         self._check_open()
         self._check_group("commit()")
@@ -351,16 +355,23 @@ class Consumer:
         committed in the middle again, whole."""
         return self._offsets.metadata_kept
 
-    def committed(self, timeout: float = 10.0) -> dict[tuple[str, int], int | None]:
-        """The group's committed notification offsets for the assigned partitions."""
+    def committed(
+        self, partitions: Iterable[tuple[str, int]] | None = None, timeout: float = 10.0
+    ) -> dict[tuple[str, int], int | None]:
+        """The group's committed notification offsets for the assigned partitions (only
+        ``partitions``, ``[(topic, partition)]`` of them, when given)."""
         self._check_open()
         self._check_group("committed()")
-        return self._named(
-            {
-                tp: m.offset if m is not None else None
-                for tp, m in self._offsets.committed(timeout).items()
-            }
-        )
+        check_timeout(timeout)
+        wanted = None if partitions is None else _topic_partitions(partitions, "committed()")
+        got = {tp: m.offset if m is not None else None
+               for tp, m in self._offsets.committed(timeout).items()}  # fmt: skip
+        named = self._named(got)
+        if wanted is None:
+            return named
+        if missing := [tp for tp in wanted if tp not in named]:
+            raise ConfigError(f"committed() reads assigned partitions: {missing} are not")
+        return {tp: named[tp] for tp in wanted}
 
     def _in_progress(self) -> dict[TP, int]:
         return self._delivery.in_progress()
@@ -563,6 +574,15 @@ class Consumer:
 def _check_timestamp(ts: int, what: str) -> None:
     if isinstance(ts, bool) or not isinstance(ts, int) or ts < 0:
         raise ConfigError(f"{what} needs a timestamp in epoch milliseconds >= 0, got {ts!r}")
+
+
+def _topic_partitions(entries: Any, what: str) -> list[tuple[str, int]]:
+    """``[(topic, partition)]``, else a ConfigError (a list was taken as a timeout)."""
+    out = [] if isinstance(entries, str | bytes | tuple) else list(entries)
+    parts = [_partition_of(e) for e in out]
+    if not out or any(p is None or len(e) != 2 for e, p in zip(out, parts, strict=True)):
+        raise ConfigError(f"{what} takes [(topic, partition)], got {entries!r}")
+    return [(e[0], p) for e, p in zip(out, parts, strict=True) if p is not None]
 
 
 def _partition_of(entry: Any) -> int | None:

@@ -82,6 +82,14 @@ CONSUMER_CASES: list[tuple[Callable[[Any], object], type[Exception], str]] = [
     (lambda c: c.assign("t1"), ConfigError, r"\(topic, partition\)"),  # IndexError
     (lambda c: c.assign([("t1", "x")]), ConfigError, "an int partition"),
     (lambda c: c.seek(5), TypeError, "MessageId"),  # AttributeError
+    # confluent's commit(msg): the message was taken as asynchronous=True and everything
+    # handed out was committed (records read ahead of it lost on a crash)
+    (lambda c: c.commit(object()), TypeError, "positional argument"),
+    # confluent's committed([(topic, partition)]): the list was taken as the timeout
+    (lambda c: c.committed("t"), ConfigError, r"takes \[\(topic, partition\)\]"),
+    (lambda c: c.committed([("t", "x")]), ConfigError, r"takes \[\(topic, partition\)\]"),
+    (lambda c: c.committed(timeout=-1), ConfigError, "None to wait without limit"),
+    (lambda c: c.assign([("t", 1, 0), ("t", 1, 5)]), ConfigError, "partition 1 of 't' twice"),
     (lambda c: c.seek("0:0:0:0"), MemqError, "before seeking"),  # "several topics"
 ]
 
