@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -361,6 +361,32 @@ class NotificationProbe:
                 )
             return decode_notification(m.value() or b"")
         raise NotificationError(f"reading notification {topic}[{partition}]@{offset} timed out")
+
+    def scan(
+        self, topic: str, partition: int, start: int, stop: int
+    ) -> Iterator[tuple[int, Notification]]:
+        """The notifications of offsets ``start .. stop - 1``, in order (stops early at the
+        partition's end)."""
+        from confluent_kafka import TopicPartition
+
+        self.kafka.assign([TopicPartition(topic, partition, start)])
+        at, deadline = start, time.monotonic() + self.timeout
+        while at < stop:
+            if time.monotonic() > deadline:
+                raise NotificationError(f"reading {topic}[{partition}]@{at} timed out")
+            for m in self.kafka.consume(min(500, stop - at), 0.5):
+                err = m.error()
+                if err is not None:
+                    if err.code() == -191:  # end of partition
+                        return
+                    raise NotificationError(
+                        f"reading notification {topic}[{partition}]@{at}: {err.str()}"
+                    )
+                off = int(m.offset() or 0)
+                if off >= stop:
+                    return
+                at, deadline = off + 1, time.monotonic() + self.timeout
+                yield off, decode_notification(m.value() or b"")
 
     def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
         """(low, high) offsets; the high one verified by reading past it.

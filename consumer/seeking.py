@@ -14,7 +14,7 @@ partitions of the next assignment.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 from memq.consumer.fetcher import Start
@@ -42,6 +42,12 @@ class Probe(Protocol):
     """What seeking needs of the group-less reader (a ``NotificationProbe``)."""
 
     def read(self, topic: str, partition: int, offset: int) -> Notification | None: ...
+
+    def scan(
+        self, topic: str, partition: int, start: int, stop: int
+    ) -> Iterator[tuple[int, Notification]]:
+        """The notifications of offsets ``start .. stop - 1``, in order (read in bulk)."""
+        ...
 
     def watermarks(self, topic: str, partition: int) -> tuple[int, int]: ...
 
@@ -207,7 +213,30 @@ def first_offset_at(probe: Probe, topic: str, partition: int, ts: int) -> int:
             lo = mid + 1
         else:
             hi = mid
-    return lo
+    return _earlier_reaching(probe, topic, partition, ts, low, lo)
+
+
+#: Notifications read back from a binary search's answer looking for an earlier object
+#: that reaches the time (timestamps need not grow with offsets: a client's own record
+#: timestamps, a backfill), per step; the steps go on while they find one.
+DISORDER_WINDOW = 1000
+
+
+def _earlier_reaching(probe: Probe, topic: str, partition: int, ts: int, low: int, at: int) -> int:
+    """The first offset before ``at`` (found by bisection) whose object also reaches
+    ``ts``, looking back :data:`DISORDER_WINDOW` notifications at a time; ``at`` if none.
+    Timestamps out of order within that distance are found, as Kafka's time index finds
+    them; ``offsets_for_times``, where Kafka answers it, covers the whole partition."""
+    while at > low:
+        start = max(low, at - DISORDER_WINDOW)
+        found = next(
+            (off for off, n in probe.scan(topic, partition, start, at) if n.max_timestamp >= ts),
+            None,
+        )
+        if found is None:
+            return at
+        at = found
+    return at
 
 
 def _starts_at(probe: Probe, topic: str, partition: int, offset: int, ts: int, low: int) -> bool:

@@ -204,6 +204,43 @@ def test_seek_to_time_lands_on_the_first_record_at_or_after_ts(
     assert min(m.timestamp for m in got) == base + 7_778 * 10
 
 
+def test_seek_to_time_finds_an_object_whose_timestamps_run_back(
+    broker: BrokerThread, memq_stack: StackState, topic: str
+) -> None:
+    """Client timestamps need not grow with offsets: objects stamped 2000-01-01 around one
+    stamped now. Bisection alone could land past the recent one; the notifications
+    before its answer are read back in bulk (NotificationProbe.scan, on the real Kafka)."""
+    from memq.consumer.notifications import NotificationProbe
+
+    old, now = 946_684_800_000, int(time.time() * 1000)
+    chunks = [(old + i, [b"old-%d-%d" % (i, j) for j in range(50)]) for i in range(7)]
+    chunks.insert(2, (now, [b"new-%d" % j for j in range(50)]))
+    for ts, values in chunks:  # an object each
+        produce(broker.address, topic, values, [ts] * len(values))
+    c = consumer(broker.address, topic, "time-back", **{"enable.auto.commit": False})
+    c.seek_to_time(now - 3_600_000)
+    got = drain(c, 50)
+    got += c.consume(1000, 2.0)
+    c.close()
+    new = [m for m in got if m.value.startswith(b"new-")]
+    assert sorted(m.value for m in new) == sorted(b"new-%d" % j for j in range(50))
+    # As in Kafka, the partition goes on from there: only objects after the recent one,
+    # in its partition, come along (the other partitions reach the time nowhere).
+    at = (new[0].partition, new[0].offset)
+    assert all((m.partition, m.offset) > at and m.partition == at[0] for m in got if m not in new)
+    # The bulk read is the single reads, in order.
+    ntopic = broker.config.topics[0].notification_topic(broker.config.cluster)
+    probe = NotificationProbe({"bootstrap.servers": memq_stack.kafka_bootstrap})
+    try:
+        for p in range(4):
+            low, high = probe.watermarks(ntopic, p)
+            scanned = list(probe.scan(ntopic, p, low, high + 5))
+            assert [off for off, _ in scanned] == list(range(low, high))
+            assert [n for _, n in scanned] == [probe.read(ntopic, p, o) for o in range(low, high)]
+    finally:
+        probe.close()
+
+
 def test_seek_to_message_id_rereads_from_that_record(broker: BrokerThread, topic: str) -> None:
     values = [b"id-%05d" % i for i in range(8000)]
     produce(broker.address, topic, values)

@@ -396,6 +396,14 @@ class FakeProbe:
         log = self.kafka.logs[(topic, partition)]
         return decode_notification(log[offset]) if offset < len(log) else None
 
+    def scan(
+        self, topic: str, partition: int, start: int, stop: int
+    ) -> Iterator[tuple[int, Notification]]:
+        for off in range(start, min(stop, len(self.kafka.logs[(topic, partition)]))):
+            note = self.read(topic, partition, off)
+            assert note is not None
+            yield off, note
+
     def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
         return 0, len(self.kafka.logs[(topic, partition)])
 

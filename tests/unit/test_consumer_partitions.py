@@ -324,6 +324,19 @@ def test_offsets_for_times_and_watermarks(harnesses: Any) -> None:
         h.consumer.get_watermark_offsets(TOPIC, 7)
 
 
+def test_a_time_seek_finds_an_object_whose_timestamps_run_back(harnesses: Any) -> None:
+    """Record timestamps need not grow with offsets (a client's own, a backfill): the
+    bisection alone skipped B, the one object reaching the time, and returned the end."""
+    h = harnesses(partitions=1, config=NO_GROUP, subscribe=False)
+    old, now = 946_684_800_000, 1_800_000_000_000  # 2000-01-01 and a recent time
+    objs = [h.publish(0, created_at=t) for t in (old, now, old + 1, old + 2, old + 3)]
+    assert h.consumer.offsets_for_times([(TOPIC, 0, now - 3_600_000)]) == {(TOPIC, 0): 1}
+    h.consumer.assign([(TOPIC, 0)])
+    h.consumer.seek_to_time(now - 3_600_000)
+    drain(h)
+    assert [m.value for m in h.delivered] == values(objs[1:])
+
+
 # --- expired objects ------------------------------------------------------------------------
 
 
