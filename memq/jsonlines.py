@@ -2,8 +2,9 @@
 
 ``key``/``value`` are UTF-8 strings when the bytes decode as UTF-8, else null with
 ``key_b64``/``value_b64`` carrying base64; ``headers`` maps names to UTF-8 text (null
-for binary values, whose base64 is in ``headers_b64``; a repeated name keeps its last
-value); ``timestamp`` is ISO-8601 UTC with milliseconds.
+for binary values, whose base64 is in ``headers_b64``; a name repeated in the record
+maps to the list of its values, in order, in both); ``timestamp`` is ISO-8601 UTC with
+milliseconds (a time outside the years 1-9999: its epoch milliseconds, digits).
 
 Also the kcat-like text lines of ``memq produce`` (read) and ``memq consume --format raw``
 (written): ``[KEY SEP] VALUE``, each field as is (``raw``) or base64-encoded (``base64``,
@@ -15,16 +16,16 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from datetime import UTC, datetime
+from typing import Any
 
 from memq.errors import MalformedError
 from memq.formats.block import Header
+from memq.formats.times import ms_to_iso
 
 __all__ = [
     "FIELD_FORMATS",
     "decode_field",
     "encode_field",
-    "iso_ms",
     "record_json",
     "record_line",
     "split_line",
@@ -43,11 +44,6 @@ def _text(b: bytes | None) -> tuple[str | None, str | None]:
         return None, base64.b64encode(b).decode()
 
 
-def iso_ms(ts_ms: int) -> str:
-    t = datetime.fromtimestamp(ts_ms / 1000, tz=UTC)
-    return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
-
-
 def record_json(
     record_id: str,
     key: bytes | None,
@@ -57,17 +53,18 @@ def record_json(
 ) -> str:
     k, kb = _text(key)
     v, vb = _text(value)
-    hdrs: dict[str, str | None] | None = None
-    hdrs_b64: dict[str, str] | None = None
+    hdrs: dict[str, Any] | None = None
+    hdrs_b64: dict[str, Any] | None = None
     if headers is not None:
-        hdrs, b64 = {}, {}
+        seen: dict[str, list[tuple[str | None, str | None]]] = {}
         for name, raw in headers:
-            text, enc = _text(raw)
-            hdrs[name] = text
-            if enc is not None:
-                b64[name] = enc
-            else:
-                b64.pop(name, None)
+            seen.setdefault(name, []).append(_text(raw))
+        hdrs, b64 = {}, {}
+        for name, vals in seen.items():  # a repeated name (Kafka allows it): a list
+            texts, encs = [t for t, _ in vals], [e for _, e in vals]
+            hdrs[name] = texts[0] if len(vals) == 1 else texts
+            if any(e is not None for e in encs):
+                b64[name] = encs[0] if len(vals) == 1 else encs
         hdrs_b64 = b64 or None
     doc = {
         "id": record_id,
@@ -77,7 +74,7 @@ def record_json(
         "value_b64": vb,
         "headers": hdrs,
         "headers_b64": hdrs_b64,
-        "timestamp": iso_ms(timestamp_ms),
+        "timestamp": ms_to_iso(timestamp_ms),
     }
     return json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
 

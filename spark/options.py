@@ -15,7 +15,7 @@ from typing import Literal
 
 from memq.errors import ConfigError, MalformedError
 from memq.formats.keys import validate_name
-from memq.formats.times import iso_ms
+from memq.formats.times import iso_to_ms
 
 __all__ = [
     "DEFAULT_CLUSTER",
@@ -67,7 +67,7 @@ def parse_time_ms(name: str, value: str) -> int:
     if re.fullmatch(r"-?\d+", v):
         return int(v)
     try:
-        return iso_ms(v)
+        return iso_to_ms(v)
     except ValueError:
         raise ConfigError(
             f"option {name}={value!r} is not a time: use ISO-8601 "

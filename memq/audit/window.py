@@ -6,7 +6,7 @@ import re
 from datetime import UTC, datetime
 
 from memq.errors import ConfigError
-from memq.formats.times import iso_ms
+from memq.formats.times import iso_to_ms
 
 __all__ = ["parse_duration_s", "parse_since"]
 
@@ -42,7 +42,7 @@ def parse_since(text: str, now_ms: int) -> int:
         since = now_ms - back
     else:
         try:
-            since = iso_ms(t)
+            since = iso_to_ms(t)
         except ValueError:
             raise ConfigError(
                 f"{text!r} is neither a duration (10m, 2h, 1d), an ISO-8601 time "

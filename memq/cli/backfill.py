@@ -218,12 +218,12 @@ def backfill(
 
 
 def _window(scan: ScanOptions) -> str:
-    from memq.jsonlines import iso_ms
+    from memq.formats.times import ms_to_iso
 
     if scan.start_ms is None and scan.end_ms is None:
         return "at any time"
-    lo = "the beginning" if scan.start_ms is None else iso_ms(scan.start_ms)
-    hi = "now" if scan.end_ms is None else iso_ms(scan.end_ms)
+    lo = "the beginning" if scan.start_ms is None else ms_to_iso(scan.start_ms)
+    hi = "now" if scan.end_ms is None else ms_to_iso(scan.end_ms)
     return f"from {lo} to {hi}"
 
 

@@ -17,7 +17,7 @@ from rich.table import Table
 from memq.cli.options import BOOTSTRAP, STATE_DIR, http_url, positive, topic_name
 from memq.cli.produce import field_format, pairs, separator, usage_config
 from memq.errors import MemqError
-from memq.formats.times import iso_ms
+from memq.formats.times import iso_to_ms, ms_to_iso
 
 err = Console(stderr=True, soft_wrap=True)
 
@@ -29,7 +29,7 @@ def parse_time(text: str) -> int:
         ms = int(text)
     else:
         try:
-            ms = iso_ms(text)
+            ms = iso_to_ms(text)
         except ValueError:
             raise typer.BadParameter(
                 f"{text!r} is not ISO-8601 (e.g. 2026-11-22T05:00:00Z) or epoch ms"
@@ -394,7 +394,7 @@ def cat(
     from memq.errors import MemqFormatError
     from memq.formats import decode_batch_header, decode_records, verify_batch_block
     from memq.formats.keys import parse_object_key
-    from memq.jsonlines import iso_ms, record_json
+    from memq.jsonlines import record_json
 
     if uri.startswith("s3://") and not uri[5:].partition("/")[2]:
         raise typer.BadParameter(
@@ -420,7 +420,7 @@ def cat(
     err.print(
         f"{escape(uri)}: {len(data):,} bytes, format v{header.version}, {header.block_count} blocks, "
         f"{header.record_count:,} records, header CRC {header.crc:#010x}, "
-        f"{iso_ms(header.min_timestamp)} .. {iso_ms(header.max_timestamp)}"
+        f"{ms_to_iso(header.min_timestamp)} .. {ms_to_iso(header.max_timestamp)}"
     )
     t = Table()
     for col in ("block", "offset", "bytes", "records", "producer", "epoch", "seq", "codec", "CRC"):
@@ -484,7 +484,6 @@ def peek(
     from memq.client.bootstrap import fetch_metadata, resolve_client, split_servers
     from memq.config import SecureClientConfig
     from memq.consumer.notifications import NotificationProbe
-    from memq.jsonlines import iso_ms
 
     _use_state_dir(state_dir)
     sec, endpoints = resolve_client(SecureClientConfig(), split_servers(bootstrap))
@@ -511,8 +510,8 @@ def peek(
                     f"{n.size:,}",
                     str(n.block_count),
                     f"{n.record_count:,}",
-                    iso_ms(n.min_timestamp),
-                    iso_ms(n.max_timestamp),
+                    ms_to_iso(n.min_timestamp),
+                    ms_to_iso(n.max_timestamp),
                     n.broker,
                 )
     finally:

@@ -1,13 +1,13 @@
-"""Times as users write them (pure): ISO-8601 text to epoch milliseconds."""
+"""Times as users read and write them (pure): ISO-8601 text and epoch milliseconds."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
-__all__ = ["iso_ms"]
+__all__ = ["iso_to_ms", "ms_to_iso"]
 
 
-def iso_ms(text: str) -> int:
+def iso_to_ms(text: str) -> int:
     """Epoch milliseconds of an ISO-8601 date or time (``Z`` or ``z`` for UTC; no zone:
     UTC; a date alone: its midnight UTC); ValueError for anything else."""
     t = text.strip()
@@ -17,3 +17,13 @@ def iso_ms(text: str) -> int:
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     return int(when.timestamp() * 1000)
+
+
+def ms_to_iso(ts_ms: int) -> str:
+    """``2026-11-22T05:00:00.000Z``; a time outside the years 1-9999 (a record may carry
+    any int64) as its epoch milliseconds, digits, rather than an error."""
+    try:
+        t = datetime.fromtimestamp(ts_ms / 1000, tz=UTC)
+    except (ValueError, OverflowError, OSError):
+        return str(ts_ms)
+    return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"

@@ -542,12 +542,17 @@ def test_a_batch_that_fails_to_store_is_read_again(store: AuditStore) -> None:
 def test_iso_times_all_readers_share() -> None:
     """`memq consume --from-time`, `audit report --since` and the Spark options read ISO
     text the same way (one parser): Z or z, an offset, no zone (UTC), a date alone."""
-    from memq.formats.times import iso_ms
+    from memq.formats.times import iso_to_ms, ms_to_iso
 
     for text in ("2025-11-22T05:00:00Z", "2025-11-22T05:00:00z", "2025-11-22T06:00:00+01:00",
                  " 2025-11-22T05:00:00 ", "2025-11-22 05:00"):  # fmt: skip
-        assert iso_ms(text) == 1763787600000, text
-    assert iso_ms("2025-11-22") == 1763769600000
+        assert iso_to_ms(text) == 1763787600000, text
+    assert iso_to_ms("2025-11-22") == 1763769600000
     for bad in ("yesterday", "", "Z", "2025-13-01"):
         with pytest.raises(ValueError):
-            iso_ms(bad)
+            iso_to_ms(bad)
+    # Printed back: a record may carry any int64, past what datetime knows (it crashed
+    # `memq peek`, `cat` and `consume --format json`).
+    assert ms_to_iso(1763787600000) == "2025-11-22T05:00:00.000Z"
+    assert ms_to_iso(2**63 - 1) == "9223372036854775807"
+    assert ms_to_iso(-(2**63)) == "-9223372036854775808"

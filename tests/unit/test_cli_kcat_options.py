@@ -84,3 +84,19 @@ def test_base64_fields_are_strict() -> None:
     for bad in (b"AAE", b"A A E=", b"!!!!", b"AAE=\n"):
         with pytest.raises(MalformedError, match="is not base64"):
             decode_field(bad, "base64")
+
+
+def test_json_lines_keep_repeated_header_names_and_any_timestamp() -> None:
+    """Kafka allows a header name twice: both values are printed (the first was lost);
+    a timestamp past year 9999 is printed as epoch ms (it was a traceback)."""
+    import json
+
+    from memq.jsonlines import record_json
+
+    doc = json.loads(record_json("0:0:0:0", None, b"v", (("d", b"1"), ("d", b"\xff"), ("e", None)), 2**63 - 1))  # fmt: skip
+    assert doc["headers"] == {"d": ["1", None], "e": None}
+    assert doc["headers_b64"] == {"d": [None, "/w=="]}
+    assert doc["timestamp"] == "9223372036854775807"
+    doc = json.loads(record_json("0:0:0:1", b"k", b"v", (("a", b"x"),), 0))
+    assert (doc["headers"], doc["headers_b64"]) == ({"a": "x"}, None)
+    assert doc["timestamp"] == "1970-01-01T00:00:00.000Z"
