@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from memq.cli.options import STATE_DIR, http_url
+from memq.cli.options import STATE_DIR, http_url, time_option
 from memq.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -70,10 +70,16 @@ def backfill(
         ..., "--out", "-o", help="Output directory (local path or any Hadoop URI)."
     ),
     start: str | None = typer.Option(
-        None, "--from", help="First record time, inclusive: ISO-8601 (UTC if no zone) or ms."
+        None,
+        "--from",
+        callback=time_option,
+        help="First record time, inclusive: ISO-8601 (UTC if no zone) or epoch ms.",
     ),
     end: str | None = typer.Option(
-        None, "--to", help="Record time to stop at, exclusive: ISO-8601 or epoch ms."
+        None,
+        "--to",
+        callback=time_option,
+        help="Record time to stop at, exclusive: ISO-8601 or epoch ms.",
     ),
     fmt: str = typer.Option("parquet", "--format", "-f", help="parquet or json (JSON lines)."),
     master: str = typer.Option(

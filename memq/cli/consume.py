@@ -14,35 +14,20 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from memq.cli.options import BOOTSTRAP, STATE_DIR, http_url, positive, topic_name
+from memq.cli.options import (
+    BOOTSTRAP,
+    STATE_DIR,
+    http_url,
+    parse_time,
+    positive,
+    time_option,
+    topic_name,
+)
 from memq.cli.produce import field_format, pairs, separator, usage_config
 from memq.errors import MemqError
-from memq.formats.times import iso_to_ms, ms_to_iso
+from memq.formats.times import ms_to_iso
 
 err = Console(stderr=True, soft_wrap=True)
-
-
-def parse_time(text: str) -> int:
-    """ISO-8601 (a naive time is UTC) or epoch milliseconds -> epoch ms (never before
-    1970: a usage error)."""
-    if text.strip().lstrip("-").isdigit():
-        ms = int(text)
-    else:
-        try:
-            ms = iso_to_ms(text)
-        except ValueError:
-            raise typer.BadParameter(
-                f"{text!r} is not ISO-8601 (e.g. 2026-11-22T05:00:00Z) or epoch ms"
-            ) from None
-    if ms < 0:
-        raise typer.BadParameter(f"{text!r} is before 1970 (epoch ms must be 0 or more)")
-    return ms
-
-
-def _time_option(value: str | None) -> str | None:
-    if value is not None:
-        parse_time(value)
-    return value
 
 
 def _use_state_dir(state_dir: Path | None) -> None:
@@ -115,7 +100,7 @@ def consume(
     ),
     from_time: str | None = typer.Option(
         None,
-        callback=_time_option,
+        callback=time_option,
         help="Start at the first record at/after this time (ISO-8601 or epoch ms).",
     ),
     max_records: int | None = typer.Option(

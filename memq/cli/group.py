@@ -105,7 +105,7 @@ def describe(
 
 
 def _to_ms(text: str) -> int:
-    from memq.cli.consume import parse_time
+    from memq.cli.options import parse_time
 
     return parse_time(text)
 

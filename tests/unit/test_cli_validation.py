@@ -23,6 +23,10 @@ CASES = [
     (["produce", "--topic", "t", "--batch-size", "10"], "'--batch-size'"),
     (["consume", "--topic", "lines", "--from-time", "-5"], "before 1970"),
     (["consume", "--topic", "t", "--from-time", "yesterday"], "is not ISO-8601"),
+    # epoch seconds (or an ISO basic date) were read as ms: silently January 1970
+    (["consume", "--topic", "t", "--from-time", "1795576922"], "is ambiguous"),
+    (["backfill", "--topic", "t", "--out", "x", "--from", "20261125"], "is ambiguous"),
+    (["backfill", "--topic", "t", "--out", "x", "--to", "soon"], "is not ISO-8601"),
     (["consume", "--topic", "t", "--max", "-1"], "'--max'"),
     (["consume", "--topic", "t", "--timeout", "-1"], "'--timeout'"),
     (["consume", "--topic", "t", "--group", ""], "'--group'"),
