@@ -99,4 +99,14 @@ class ConsumerConfig(AuditedClientConfig):
                 f"retry.backoff.max.ms ({self.retry_backoff_max_ms}) is below "
                 f"retry.backoff.ms ({self.retry_backoff_ms})"
             )
+        if self.audit_enable and self.group_id is None:
+            raise ValueError(
+                "audit.enable needs a group.id: the auditor counts consumption per group "
+                "(a read without one is not audited)"
+            )
         return self
+
+    def audit_enabled(self, uses_local_stack: bool) -> bool:
+        """Audited only as a group member: group-less reads (one-off, repeated at will)
+        were counted under a blank group, each re-read as duplicates."""
+        return self.group_id is not None and super().audit_enabled(uses_local_stack)

@@ -152,9 +152,9 @@ class Ingester:
         cfg = self.config
         while not self._stop.is_set():  # the audit topic must exist before we assign it
             try:
-                ensure_topic(
+                ensure_topic(  # (short: a stop() waits for an attempt to end)
                     cfg.kafka.bootstrap_servers, cfg.audit_topic, 1,
-                    extra=dict(cfg.kafka.consumer), what="audit topic",
+                    extra=dict(cfg.kafka.consumer), what="audit topic", timeout=5.0,
                 )  # fmt: skip
                 break
             except Exception as e:

@@ -190,6 +190,26 @@ def report(
         raise typer.Exit(EXIT_NO_DATA)
     if any(g["missing_blocks"] or g["mismatches"] for g in t["groups"]):
         raise typer.Exit(EXIT_LOSS)
+    if stale := _ingest_problem(doc):  # "ok" from figures that stopped moving is no proof
+        err.print(
+            f"the auditor is not reading its audit topic ({stale}): these figures are not "
+            "current, nothing is proven; see `memq audit serve`'s log and /healthz",
+            highlight=False,
+            markup=False,
+        )
+        raise typer.Exit(EXIT_NO_DATA)
+
+
+def _ingest_problem(doc: dict[str, Any]) -> str | None:
+    """Why the serving auditor's intake is failing or stalled (None: it is fine, or the
+    figures come from a file: --db)."""
+    ingest = doc.get("ingest") or {}
+    if ingest.get("error"):
+        return str(ingest["error"]).splitlines()[0]
+    idle = ingest.get("seconds_since_loop")
+    if idle is not None and idle > 30:
+        return f"no ingest loop for {idle:.0f} s"
+    return None
 
 
 def _from_db(
@@ -209,6 +229,7 @@ def _from_db(
         if params.get("grace_s") is None and served is not None:  # the auditor's own grace
             params = {**params, "grace_s": f"{float(served):g}s"}
         doc = auditor.summary(params)
+        doc.pop("ingest", None)  # (nothing ingests here: the file is read as it is)
         missing = {
             g["group"]: auditor.store.missing(
                 params["topic"],

@@ -76,6 +76,9 @@ class AuditorThread:
         return self.auditor.url
 
     def stop(self, timeout: float = 30.0) -> None:
+        """Shut the auditor down and stop its loop (again: nothing to do)."""
+        if not self._thread.is_alive():
+            return
         if self.auditor is not None:
             asyncio.run_coroutine_threadsafe(self.auditor.shutdown(), self.loop).result(timeout)
         self.loop.call_soon_threadsafe(self.loop.stop)

@@ -387,3 +387,44 @@ def test_dashboard_and_api_behind_tls_and_tokens(
         assert token not in allowed.stdout + allowed.stderr
     finally:
         aud.stop()
+
+
+def test_the_report_is_no_proof_while_the_auditor_cannot_read_its_topic(
+    tmp_path: Path, audit_topic: str
+) -> None:
+    """Figures stored before the audit Kafka went away say "ok"; the report said so too,
+    exit 0, with the auditor's intake failing (only --json showed it)."""
+    from memq.audit.store import AuditStore, Ingest
+    from memq.formats.audit import AuditRecord
+
+    db = tmp_path / "audit.db"
+    now = int(time.time() * 1000) - 120_000
+    store = AuditStore(db)
+    fields = {"topic": "gone", "producer_id": 1, "epoch": 0, "sequence": 0, "records": 5,
+              "content_crc": 7, "min_timestamp": now, "time": now}  # fmt: skip
+    store.apply([
+        Ingest(AuditRecord(kind="produced", acks="all", **fields), "memq.audit", 0, 0),  # type: ignore[arg-type]
+        Ingest(AuditRecord(kind="consumed", group="g", **fields), "memq.audit", 0, 1),  # type: ignore[arg-type]
+    ])  # fmt: skip
+    store.close()
+    cfg = AuditorConfig(
+        kafka={"bootstrap_servers": f"127.0.0.1:{free_port()}"},  # type: ignore[arg-type]
+        audit_topic=audit_topic, db_path=db, http_port=0, grace_period_s=1,
+    )  # fmt: skip
+    aud = AuditorThread(cfg)
+    aud.start()
+    try:
+        report = [sys.executable, "-m", "memq.cli.main", "audit", "report", "--topic", "gone",
+                  "--url", aud.url]  # fmt: skip
+        wait_for(lambda: get(aud.url, "/api/summary", topic="gone")["ingest"]["error"],
+                 timeout=60, what="the auditor's intake error")  # fmt: skip
+        out = subprocess.run(report, capture_output=True, text=True, check=False)
+        assert out.returncode == 2, out.stdout + out.stderr
+        assert "not reading its audit topic" in out.stderr and "ok" in out.stdout
+        # The figures themselves, from the file, are what they are (exit 0).
+        aud.stop()
+        from_db = subprocess.run([*report[:-2], "--db", str(db)], capture_output=True,
+                                 text=True, check=False)  # fmt: skip
+        assert from_db.returncode == 0, from_db.stdout + from_db.stderr
+    finally:
+        aud.stop()
