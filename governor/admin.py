@@ -9,6 +9,7 @@ pure: it formats a snapshot the member took under its lock.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any
 
@@ -24,7 +25,14 @@ from memq.formats.keys import validate_name
 from memq.governor.zk import AssignmentRecord, BrokerRecord, Layout, ZkClient, dumps, read_json
 from memq.storage_handlers.kafka_topics import grow_partitions, sync_notification_retention
 
-__all__ = ["cluster_status", "create_topic", "delete_topic", "update_topic", "validated_topic"]
+__all__ = [
+    "cluster_status",
+    "create_topic",
+    "delete_topic",
+    "forget_topic",
+    "update_topic",
+    "validated_topic",
+]
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +75,14 @@ def create_topic(
     from kazoo.exceptions import NodeExistsError
 
     cfg = validated_topic(config, name, settings)
+    if zk.exists(layout.topic(name)) is None and zk.exists(layout.deleted_topic(name)):
+        # A new topic of that name would read the old one's data back (its notification
+        # topic still points at its objects): not what Kafka users expect.
+        raise InvalidRequestError(
+            f"topic {name!r} was deleted without --purge and its data is still there (a "
+            f"new topic of that name would read it back): remove it with `memq topic "
+            f"delete {name} --purge`, or use another name"
+        )
     if zk.exists(layout.topic(name)) is None:  # its notification topic first
         sync_notification_retention(cfg, config.cluster)
     try:
@@ -111,13 +127,35 @@ def update_topic(
     return cfg.without_secrets()
 
 
-def delete_topic(zk: ZkClient, layout: Layout, name: str) -> None:
-    from kazoo.exceptions import NoNodeError
+def delete_topic(zk: ZkClient, layout: Layout, name: str) -> dict[str, Any]:
+    """Delete topic ``name``, keeping its config as a record of the data it leaves
+    (:meth:`Layout.deleted_topic`) until :func:`forget_topic`; returns that config. A
+    topic deleted before answers its record again (a purge after the delete)."""
+    from kazoo.exceptions import NodeExistsError, NoNodeError
 
+    data, _ = read_json(zk, layout.topic(name))
+    if data is None:
+        left, _ = read_json(zk, layout.deleted_topic(name))
+        if left is None:
+            raise UnknownTopicError(f"topic {name!r} does not exist")
+        return left
+    try:
+        zk.create(layout.deleted_topic(name), dumps(data), makepath=True)
+    except NodeExistsError:
+        zk.set(layout.deleted_topic(name), dumps(data))
     try:
         zk.delete(layout.topic(name))
     except NoNodeError:
         raise UnknownTopicError(f"topic {name!r} does not exist") from None
+    return data
+
+
+def forget_topic(zk: ZkClient, layout: Layout, name: str) -> None:
+    """Drop the record of deleted topic ``name`` (its data was purged): the name is free."""
+    from kazoo.exceptions import NoNodeError
+
+    with contextlib.suppress(NoNodeError):
+        zk.delete(layout.deleted_topic(name))
 
 
 def cluster_status(

@@ -26,7 +26,13 @@ from memq.broker.cluster import AdminResponse, TopicHost
 from memq.config import BrokerConfig, TopicConfig
 from memq.errors import ConfigError, CoordinationError
 from memq.governor.acls import edit_acls, watch_acls
-from memq.governor.admin import cluster_status, create_topic, delete_topic, update_topic
+from memq.governor.admin import (
+    cluster_status,
+    create_topic,
+    delete_topic,
+    forget_topic,
+    update_topic,
+)
 from memq.governor.governor import Governor
 from memq.governor.metrics import ClusterMetrics
 from memq.governor.zk import (
@@ -468,9 +474,12 @@ class ClusterMember:
             case TopicUpdate():
                 cfg = await self._blocking(self._update, req.name, req.nested())
                 return cfg.model_dump(mode="json", by_alias=True)
-            case TopicDelete():
-                await self._blocking(delete_topic, self.zk, self.layout, req.name)
+            case TopicDelete(forget=True):
+                await self._blocking(forget_topic, self.zk, self.layout, req.name)
                 return TopicDeleted(deleted=req.name)
+            case TopicDelete():
+                left = await self._blocking(delete_topic, self.zk, self.layout, req.name)
+                return TopicDeleted(deleted=req.name, leftovers=left)
             case TopicList():
                 return TopicListResponse(topics=self.topic_names())
             case _:

@@ -113,6 +113,9 @@ class Layout:
         self.root = "/" + root.strip("/")
         self.brokers = f"{self.root}/brokers"
         self.topics = f"{self.root}/topics"
+        #: Topics deleted without their data (objects, notification topic): their last
+        #: config, until ``memq topic delete NAME --purge`` removes the data.
+        self.deleted_topics = f"{self.root}/deleted_topics"
         self.assignments = f"{self.root}/assignments"
         self.election = f"{self.root}/governor"
 
@@ -121,6 +124,9 @@ class Layout:
 
     def topic(self, name: str) -> str:
         return f"{self.topics}/{name}"
+
+    def deleted_topic(self, name: str) -> str:
+        return f"{self.deleted_topics}/{name}"
 
 
 def dumps(obj: BaseModel | dict[str, Any]) -> bytes:

@@ -283,7 +283,12 @@ class TopicUpdate(_TopicRequest):
 
 
 class TopicDelete(_TopicRequest):
+    """Delete a topic (its data stays, recorded, until purged: the name stays taken); a
+    topic deleted before answers that record again. ``forget``: the data was purged,
+    drop the record (the name is free again)."""
+
     type = RequestType.TOPIC_DELETE
+    forget: bool = False
 
 
 class TopicList(AdminRequest):
@@ -340,6 +345,8 @@ class TopicListResponse(_Msg):
 
 class TopicDeleted(_Msg):
     deleted: str
+    #: The deleted topic's config (without secrets): where its data is.
+    leftovers: dict[str, Any] | None = None
 
 
 class AclListResponse(_Msg):

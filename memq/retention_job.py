@@ -144,6 +144,25 @@ def load_targets(
     return targets, errors
 
 
+def deleted_target(name: str, cluster: str, config: Mapping[str, Any]) -> TopicTarget:
+    """The target of a topic deleted before, from the config its deletion recorded."""
+    from memq.config import TopicConfig
+
+    cfg = TopicConfig.model_validate(dict(config))
+    producer = (config.get("notification") or {}).get("producer") or {}
+    return TopicTarget(
+        name=name,
+        cluster=cluster,
+        storage=cfg.storage.public(),
+        notification_topic=cfg.notification_topic(cluster),
+        kafka_bootstrap=cfg.notification.bootstrap_servers,
+        kafka=kafka_security(producer),
+        retention=cfg.retention,
+        batch_ms=cfg.batch.ms,
+        settings=dict(config),
+    )
+
+
 @dataclass(frozen=True)
 class RetentionOptions:
     dry_run: bool = False

@@ -235,16 +235,26 @@ def apply_lifecycle(
 def delete_topic(admin: Any, name: str, *, purge: bool) -> None:
     """Delete a topic; with ``purge`` also its objects and notification topic, else say
     exactly what is left behind. Exits 1 when a purge leaves anything."""
+    from memq.client.bootstrap import fetch_metadata
     from memq.errors import UnknownTopicError
-    from memq.retention_job import load_targets, purge_topic, wait_until_unknown
+    from memq.retention_job import deleted_target, load_targets, purge_topic, wait_until_unknown
 
     targets, errors = load_targets(admin, [name], need_settings=False)
-    if not targets:
-        raise UnknownTopicError(errors.get(name, f"unknown topic {name!r}"))
-    (t,) = targets
-    admin.delete_topic(name)
+    if targets:
+        (t,) = targets
+        admin.delete_topic(name)
+    else:  # deleted before without --purge: its recorded config says where its data is
+        left = admin.delete_topic(name) if purge else None
+        if left is None:
+            raise UnknownTopicError(errors.get(name, f"unknown topic {name!r}"))
+        meta = fetch_metadata(admin.bootstrap, [], timeout=admin.timeout, security=admin.security)
+        t = deleted_target(name, meta.cluster, left)
     if not purge:
-        err.print(f"topic {name} deleted. Left behind (remove them with --purge):")
+        err.print(
+            f"topic {name} deleted. Left behind (remove them with `memq topic delete {name} "
+            "--purge`; until then the name cannot be used again, as a new topic would read "
+            "them back):"
+        )
         for p in t.prefixes_text():
             err.print(f"  objects under {p}")
         if t.notification_topic:
@@ -252,7 +262,14 @@ def delete_topic(admin: Any, name: str, *, purge: bool) -> None:
         return
     wait_until_unknown(admin, name)
     report = purge_topic(t, storage_overrides=_storage_overrides(admin))
-    gone = "deleted" if report.notification_deleted else "did not exist"
+    failed = any(str(t.notification_topic) in what for what in report.left)
+    gone = (
+        "deleted"
+        if report.notification_deleted
+        else "not deleted (see below)"
+        if failed
+        else "did not exist"
+    )
     err.print(
         f"topic {name} deleted and purged: {report.objects_deleted} objects "
         f"({_mb(report.bytes_deleted)}) under {', '.join(t.prefixes_text())}; notification "
@@ -262,7 +279,9 @@ def delete_topic(admin: Any, name: str, *, purge: bool) -> None:
         err.print("[bold red]left behind:[/bold red]")
         for what in report.left:
             err.print(f"  {what}")
+        err.print(f"run `memq topic delete {name} --purge` again once that is fixed")
         raise typer.Exit(1)
+    admin.forget_topic(name)  # nothing left: the name may be used again
 
 
 def kafka_view(notification: dict[str, Any]) -> dict[str, Any]:

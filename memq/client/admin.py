@@ -114,8 +114,15 @@ class AdminClient:
         out: dict[str, Any] = self._call(TopicUpdate(name=name, settings=settings))
         return out
 
-    def delete_topic(self, name: str) -> None:
-        self._call(TopicDelete(name=name))
+    def delete_topic(self, name: str) -> dict[str, Any] | None:
+        """Delete topic ``name`` (or, deleted before, find it again); returns its config
+        (where its data is) when the brokers say, until :meth:`forget_topic`."""
+        left: dict[str, Any] | None = self._call(TopicDelete(name=name)).get("leftovers")
+        return left
+
+    def forget_topic(self, name: str) -> None:
+        """The deleted topic's data is purged: free its name (a new topic may take it)."""
+        self._call(TopicDelete(name=name, forget=True))
 
     def list_topics(self) -> list[str]:
         return list(self._call(TopicList())["topics"])

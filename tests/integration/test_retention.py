@@ -19,7 +19,7 @@ from memq.cli.main import app
 from memq.client.admin import AdminClient
 from memq.config import NotificationConfig
 from memq.devstack import StackState
-from memq.errors import MemqError
+from memq.errors import InvalidRequestError, MemqError
 from memq.formats import Notification, batch_id, decode_batch_header, encode_batch, encode_block
 from memq.formats.keys import hour_of, object_key
 from memq.retention import DAY_MS, HOUR_MS, TAG_KEY
@@ -324,6 +324,24 @@ def test_delete_with_purge_leaves_nothing_and_without_says_what_is_left(
         f"memq.{CLUSTER}.{kept}.notifications on Kafka {memq_stack.kafka_bootstrap}" in res.output
     )
     assert keys_of(memq_stack, s3_bucket, kept)  # left, as it says
+    # Its name stays taken while its data is there: a new topic would read it back (the
+    # old records came back in a re-created topic, and a purge found no topic).
+    with pytest.raises(InvalidRequestError, match="deleted without --purge"):
+        admin.create_topic(kept)
+    with Producer({"bootstrap.servers": broker.address}) as p, pytest.raises(MemqError):
+        p.produce(kept, b"new").result(30)  # nor auto-created
+    res = cli("topic", "delete", kept, "--yes", "--purge", "-b", broker.address)
+    assert res.exit_code == 0, res.output
+    assert keys_of(memq_stack, s3_bucket, kept) == set()
+    assert not describe_topic(
+        memq_stack.kafka_bootstrap, f"memq.{CLUSTER}.{kept}.notifications"
+    ).exists
+    admin.create_topic(kept, {"min_writers": 1})  # the name is free again, and empty
+    with Producer({"bootstrap.servers": broker.address}) as p:
+        p.produce(kept, b"fresh").result(30)
+    assert len(keys_of(memq_stack, s3_bucket, kept)) == 1
+    res = cli("topic", "delete", "never-was", "--yes", "--purge", "-b", broker.address)
+    assert res.exit_code == 1 and "'never-was' does not exist" in str(res.exception)
 
 
 def test_apply_lifecycle_writes_one_rule_per_retention_class(
