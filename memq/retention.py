@@ -76,14 +76,26 @@ MAX_LIFECYCLE_RULES = 1000
 # --- retention classes --------------------------------------------------------------------
 
 
+#: Retentions at least this long (a thousand years; Kafka's "forever" is Long.MAX_VALUE
+#: ms) are unbounded: no lifecycle tag, and a notification topic kept forever (-1) rather
+#: than a retention.ms past int64 or an S3 rule of 10^11 days.
+FOREVER_MS = 1000 * 365 * DAY_MS
+
+
+def bounded(retention_ms: int | None) -> int | None:
+    """``retention_ms``, or None (unbounded) for None or at least :data:`FOREVER_MS`."""
+    return None if retention_ms is None or retention_ms >= FOREVER_MS else retention_ms
+
+
 def retention_days(retention_ms: int | None) -> int | None:
     """Whole days (rounded up, at least 1) of a retention; None when unbounded.
 
     Rounded up so a lifecycle rule never expires an object before its retention.
     """
-    if retention_ms is None:
+    ms = bounded(retention_ms)
+    if ms is None:
         return None
-    return max(1, math.ceil(retention_ms / DAY_MS))
+    return max(1, math.ceil(ms / DAY_MS))
 
 
 def retention_tags(tags: dict[str, str], retention_ms: int | None, enabled: bool) -> dict[str, str]:
@@ -99,7 +111,8 @@ def retention_tags(tags: dict[str, str], retention_ms: int | None, enabled: bool
 def notification_retention_ms(retention_ms: int | None) -> int:
     """The Kafka ``retention.ms`` a notification topic needs: the objects' retention plus
     :data:`NOTIFICATION_MARGIN_MS` (-1, Kafka's "forever", for unbounded retention)."""
-    return -1 if retention_ms is None else retention_ms + NOTIFICATION_MARGIN_MS
+    ms = bounded(retention_ms)
+    return -1 if ms is None else ms + NOTIFICATION_MARGIN_MS
 
 
 def kafka_retention_covers(current_ms: int | None, needed_ms: int) -> bool:

@@ -329,3 +329,14 @@ def test_the_job_deletes_expired_hours_on_filesystem_storage(tmp_path):
     assert not any((tmp_path / k).exists() for k in old)
     assert (tmp_path / recent).exists() and (tmp_path / other_topic).exists()
     assert not (tmp_path / old[0].split("/")[0]).exists()  # emptied directories removed
+
+
+def test_kafkas_forever_is_unbounded_not_an_overflow() -> None:
+    """retention.ms = Long.MAX_VALUE (Kafka's usual "infinite"): the notification topic got
+    a retention.ms past int64 and the lifecycle rule 106,751,991,168 days."""
+    forever = 2**63 - 1
+    assert notification_retention_ms(forever) == -1
+    assert retention_days(forever) is None
+    assert TAG_KEY not in retention_tags({}, forever, enabled=True)
+    year = 365 * DAY_MS
+    assert retention_days(year) == 365 and notification_retention_ms(year) == year + DAY_MS
