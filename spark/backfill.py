@@ -28,6 +28,7 @@ the records written are counted on the way out (a Spark ``Observation``), so
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 import uuid
@@ -36,7 +37,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal
 
-from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - Spark's convention
 
@@ -112,6 +112,36 @@ JOB_CONF = {
 }
 
 
+#: Output codecs Spark has without extra libraries, per format.
+CODECS = {
+    "parquet": ("none", "uncompressed", "snappy", "zstd", "lz4_raw", "gzip"),
+    "json": ("none", "gzip", "bzip2", "deflate"),
+}
+
+
+def check_codec(fmt: str, compression: str | None) -> str:
+    """The output codec (``compression`` or the format's default), else a BackfillError
+    (Spark found out only after starting, in a long traceback)."""
+    codec = (compression or ("none" if fmt == "json" else "zstd")).lower()
+    if codec not in CODECS[fmt]:
+        raise BackfillError(
+            f"compression {compression!r} is not available for {fmt}: use one of "
+            + ", ".join(CODECS[fmt])
+        )
+    return codec
+
+
+#: A MemQ error raised in a Spark worker, as the job failure's text shows it.
+_WORKER_ERROR = re.compile(r"\b(\w+Error): ((?:corrupt )?MemQ [^\n]*)")
+
+
+def memq_cause(text: str) -> str | None:
+    """The message of the MemQ error that failed a Spark job (a corrupt or missing object,
+    ...), from the job failure's text; None when it was not one."""
+    m = _WORKER_ERROR.search(text)
+    return f"{m.group(1)}: {m.group(2).strip()}" if m else None
+
+
 @contextmanager
 def _session_conf(session: SparkSession, settings: Mapping[str, str]) -> Iterator[None]:
     old: dict[str, str | None] = {k: session.conf.get(k, None) for k in settings}
@@ -163,7 +193,7 @@ def run_backfill(
     """
     if fmt not in ("parquet", "json"):
         raise BackfillError(f"unknown output format {fmt!r}: use parquet or json")
-    codec = compression or ("none" if fmt == "json" else "zstd")
+    codec = check_codec(fmt, compression)
     source = register(session)
     before = source.stats()
     t0 = time.monotonic()
@@ -196,11 +226,14 @@ def run_backfill(
                 writer.option("compression", codec).option(
                     "parquet.enable.dictionary#value", "false"
                 ).parquet(out)
-        except PySparkException as e:
+        except Exception as e:  # a Spark job failure carries a worker's error as text
             if "PATH_ALREADY_EXISTS" in str(e):
                 raise BackfillError(
                     f"output {out} already exists: choose another --out or pass --overwrite"
                 ) from None
+            cause = memq_cause(str(e))
+            if cause is not None:
+                raise BackfillError(cause) from None
             raise
         finally:
             stop.set()

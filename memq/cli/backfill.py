@@ -14,7 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from memq.cli.options import STATE_DIR, http_url, time_option
-from memq.errors import ConfigError
+from memq.errors import ConfigError, MemqError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -133,11 +133,18 @@ def backfill(
 ) -> None:
     """Copy a topic's records from its S3 batch objects into Parquet or JSON lines, partitioned
     by record date and hour (dt=YYYY-MM-DD/hh=HH), with Spark. No broker or Kafka needed."""
-    from memq.spark.backfill import run_backfill
+    from memq.spark.backfill import check_codec, run_backfill
+    from memq.spark.errors import BackfillError
     from memq.spark.options import parse_options
 
     if fmt not in ("parquet", "json"):
-        raise ConfigError(f"--format {fmt!r}: use parquet or json")
+        raise typer.BadParameter(f"--format {fmt!r}: use parquet or json")
+    if on_corrupt not in ("fail", "skip"):
+        raise typer.BadParameter(f"--on-corrupt {on_corrupt!r}: use fail or skip")
+    try:
+        check_codec(fmt, compression)
+    except BackfillError as e:
+        raise typer.BadParameter(str(e)) from None
     extra: dict[str, str] = {}
     for item in conf:
         k, sep, v = item.partition("=")
@@ -163,6 +170,8 @@ def backfill(
     scan = parse_options(options)  # fail on bad flags before paying for a Spark start
     if not overwrite and "://" not in output and Path(output).exists():
         raise ConfigError(f"output {output} already exists: choose another --out or --overwrite")
+    if overwrite and "://" not in output:
+        _check_replaceable(Path(output))
     if not allow_empty:
         _require_objects(scan)
 
@@ -256,6 +265,24 @@ def _require_objects(scan: ScanOptions) -> None:
     )
 
 
+def _check_replaceable(out: Path) -> None:
+    """--overwrite replaces an earlier backfill output only (dt=... directories, Spark's
+    _SUCCESS and dot files): a typo in --out must not wipe another directory."""
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise ConfigError(f"--out {out} is a file, not a backfill output: refusing to replace it")
+    other = sorted(
+        p.name for p in out.iterdir() if not p.name.startswith(("dt=", "_", ".", "part-"))
+    )
+    if other:
+        raise ConfigError(
+            f"--out {out} does not look like a backfill output (it holds "
+            f"{', '.join(other[:3])}{', ...' if len(other) > 3 else ''}): refusing to replace "
+            "it; choose another --out"
+        )
+
+
 def _session(master: str, conf: dict[str, str]) -> tuple[SparkSession, bool]:
     """A SparkSession whose Python workers run this interpreter (so they can import memq).
 
@@ -277,6 +304,13 @@ def _session(master: str, conf: dict[str, str]) -> tuple[SparkSession, bool]:
     )
     for k, v in conf.items():
         builder = builder.config(k, v)
-    session: SparkSession = builder.getOrCreate()
+    try:
+        session: SparkSession = builder.getOrCreate()
+    except Exception as e:  # (a bad --master: the JVM gateway exits, a long traceback)
+        why = next((line for line in str(e).splitlines() if line.strip()), type(e).__name__)
+        raise MemqError(
+            f"cannot start Spark with --master {master!r} ({why.strip()}): use local[*], "
+            "spark://host:port, yarn, ..."
+        ) from None
     session.sparkContext.setLogLevel("ERROR")
     return session, True

@@ -21,6 +21,7 @@ from memq.errors import ConfigError
 from memq.formats import Compression
 from memq.formats.keys import hour_of
 from memq.spark.backfill import run_backfill
+from memq.spark.errors import BackfillError
 from tests.integration.spark_fixtures import (  # noqa: F401 - fixtures
     HOUR_MS,
     T0,
@@ -147,6 +148,24 @@ def test_backfill_command_writes_json_lines(
     again = CliRunner().invoke(app, args)
     assert again.exit_code != 0 and isinstance(again.exception, ConfigError)
     assert "already exists" in str(again.exception)
+    # --overwrite replaces a backfill output, never another directory (a typo'd --out).
+    other = tmp_path / "mine"
+    (other / "sub").mkdir(parents=True)
+    (other / "notes.txt").write_text("keep me")
+    at = args.index(str(out)) + 1
+    refused = CliRunner().invoke(app, [*args[: at - 1], str(other), *args[at:], "--overwrite"])
+    assert isinstance(refused.exception, ConfigError), refused.output
+    assert "does not look like a backfill output" in str(refused.exception)
+    assert (other / "notes.txt").read_text() == "keep me"
+    # A corrupt object fails the job with one line naming it (it was a 259-line JVM and
+    # Python traceback), and --overwrite of the earlier output is taken.
+    key = w.stored[0].key
+    memq_stack.s3_client().put_object(Bucket=memq_stack.bucket, Key=key, Body=b"not a batch")
+    failed = CliRunner().invoke(app, [*args, "--overwrite"])
+    assert isinstance(failed.exception, BackfillError), (failed.output, failed.exception)
+    message = str(failed.exception)
+    assert message.startswith("CorruptObjectError: corrupt MemQ batch object s3://")
+    assert key in message and "\n" not in message and "--on-corrupt skip" in message
 
 
 def test_expected_row_maps_unsigned_ids() -> None:

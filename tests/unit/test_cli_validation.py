@@ -27,6 +27,11 @@ CASES = [
     (["consume", "--topic", "t", "--from-time", "1795576922"], "is ambiguous"),
     (["backfill", "--topic", "t", "--out", "x", "--from", "20261125"], "is ambiguous"),
     (["backfill", "--topic", "t", "--out", "x", "--to", "soon"], "is not ISO-8601"),
+    # (a Spark traceback after its start, or exit 1)
+    (["backfill", "--topic", "t", "--out", "x", "--compression", "bogus"], "is not available"),
+    (["backfill", "--topic", "t", "--out", "x", "-f", "json", "--compression", "zstd"], "gzip"),
+    (["backfill", "--topic", "t", "--out", "x", "--format", "csv"], "use parquet or json"),
+    (["backfill", "--topic", "t", "--out", "x", "--on-corrupt", "maybe"], "use fail or skip"),
     (["consume", "--topic", "t", "--max", "-1"], "'--max'"),
     (["consume", "--topic", "t", "--timeout", "-1"], "'--timeout'"),
     (["consume", "--topic", "t", "--group", ""], "'--group'"),
