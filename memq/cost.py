@@ -123,7 +123,13 @@ class Estimate:
 
 
 def _check(w: Workload) -> None:
-    bad = []
+    bad = [
+        f"{name} must be a finite number, not {value}"
+        for name, value in vars(w).items()
+        if isinstance(value, float) and not math.isfinite(value)
+    ]
+    if bad:  # (inf divided down to 0 s per object; nan printed "$nan/day")
+        raise ValueError("invalid cost model input: " + "; ".join(bad))
     if w.ingest_mbps <= 0:
         bad.append("ingest_mbps must be > 0")
     if w.record_bytes <= 0:

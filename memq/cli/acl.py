@@ -25,7 +25,17 @@ out = Console()
 
 PRINCIPAL = typer.Option(..., "--principal", "-p", help="Token subject or certificate CN; * = any.")
 TOPIC = typer.Option(..., "--topic", "-t", help="Topic, prefix ending in *, or * (cluster-wide).")
-OPS = typer.Option(..., "--op", "-o", help="produce, consume or admin (repeatable).")
+
+
+def _ops(values: list[str]) -> list[str]:
+    """produce, consume or admin, else a usage error (before any broker is asked)."""
+    bad = [v for v in values if v not in ("produce", "consume", "admin")]
+    if bad:
+        raise typer.BadParameter(f"{bad[0]!r} is not an operation: use produce, consume or admin")
+    return values
+
+
+OPS = typer.Option(..., "--op", "-o", callback=_ops, help="produce, consume or admin (repeatable).")
 
 
 def _print(entries: list[dict[str, Any]], as_json: bool) -> None:

@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from memq.cli.options import STATE_DIR, http_url, since_window, topic_name
+from memq.cli.options import STATE_DIR, grace_period, http_url, since_window, topic_name
 from memq.client.profile import load_profile
 from memq.errors import ConfigError, MemqError
 
@@ -124,7 +124,9 @@ def report(
     ),
     group: str | None = typer.Option(None, "--group", "-g", help="Only this consumer group."),
     grace: str | None = typer.Option(
-        None, help="Override the grace period (e.g. 0s: count every unconsumed block)."
+        None,
+        callback=grace_period,
+        help="Override the grace period (e.g. 0s: count every unconsumed block).",
     ),
     strict: bool = typer.Option(
         False,

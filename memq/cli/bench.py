@@ -51,6 +51,14 @@ def bench(
     repetitions, each throughput beside its same-run baseline, PNG plots and the cost
     model. Servers named by MEMQ_S3_ENDPOINT / MEMQ_KAFKA_BOOTSTRAP / MEMQ_ZK_CONNECT are
     used instead of starting them."""
+    sections = ("formats", "ingest", "latency", "consume", "backfill", "scaling")
+    names = [n.strip() for n in only.split(",") if n.strip()]
+    if not names or any(n not in sections for n in names):
+        raise typer.BadParameter(f"--only {only!r}: name sections of {', '.join(sections)}")
+    try:  # (before minutes of setup, not after)
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise typer.BadParameter(f"--out {out}: {e.strerror or e}") from None
     cmd = [sys.executable, str(suite_script()), "--reps", str(reps), "--out", str(out)]
     cmd += ["--only", only] + (["--quick"] if quick else []) + (["--merge"] if merge else [])
     rc = subprocess.call(cmd)

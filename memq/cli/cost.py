@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from memq.cost import CostLine, Estimate, Prices, Workload, estimate
-from memq.errors import ConfigError
 
 __all__ = ["cost", "print_estimate"]
 
@@ -24,15 +24,15 @@ def _prices(pairs: list[str]) -> Prices:
     for pair in pairs:
         key, sep, raw = pair.partition("=")
         if not sep or key not in _PRICE_KEYS:
-            raise ConfigError(
+            raise typer.BadParameter(
                 f"--price {pair!r}: expected KEY=USD with KEY one of {', '.join(_PRICE_KEYS)}"
             )
         try:
             values[key] = float(raw)
         except ValueError:
-            raise ConfigError(f"--price {pair!r}: {raw!r} is not a number") from None
-        if values[key] < 0:
-            raise ConfigError(f"--price {pair!r}: a price cannot be negative")
+            raise typer.BadParameter(f"--price {pair!r}: {raw!r} is not a number") from None
+        if not math.isfinite(values[key]) or values[key] < 0:
+            raise typer.BadParameter(f"--price {pair!r}: a price is a finite number >= 0")
     return Prices(**values)
 
 
@@ -120,10 +120,11 @@ def cost(
         kafka_fetch_from_follower=fetch_from_follower,
         kafka_disk_utilisation=disk_utilisation,
     )
+    prices = _prices(price)
     try:
-        est = estimate(w, _prices(price))
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
+        est = estimate(w, prices)
+    except ValueError as e:  # a bad option value: a usage error
+        raise typer.BadParameter(str(e)) from None
     if as_json:
         typer.echo(json.dumps(est.to_dict(), indent=2))
     else:

@@ -125,6 +125,19 @@ def since_window(value: str) -> str:
     return value
 
 
+def grace_period(value: str | None) -> str | None:
+    """A duration the auditor accepts (30s, 10m; None: not given), else a usage error."""
+    from memq.audit.window import parse_duration_s
+    from memq.errors import ConfigError
+
+    if value is not None:
+        try:
+            parse_duration_s(value)
+        except ConfigError as e:
+            raise typer.BadParameter(str(e)) from None
+    return value
+
+
 def non_empty(value: str) -> str:
     if not value.strip():
         raise typer.BadParameter("must not be empty")

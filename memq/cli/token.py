@@ -25,7 +25,13 @@ def create(
     principal: str = typer.Option(
         ..., "--principal", "-p", callback=non_empty, help="Who the token names."
     ),
-    ttl: float = typer.Option(3600.0, "--ttl", min=1, help="Seconds until it expires."),
+    ttl: float = typer.Option(
+        3600.0,
+        "--ttl",
+        min=1,
+        max=10 * 365 * 86400,
+        help="Seconds until it expires (at most ten years).",
+    ),
     secret_file: Path | None = typer.Option(
         None, "--secret-file", help=f"File with the brokers' auth secret (else ${SECRET_ENV})."
     ),
