@@ -52,6 +52,8 @@ def test_an_oversized_line_is_one_error_and_the_others_are_sent(
     assert "MessageTooLargeError: 1" in proc.stderr
     assert "record 3 (9,437,184 bytes)" in proc.stderr  # the first error, with its cause
     assert "8388608" in proc.stderr  # the limit it broke
+    summary = " ".join(proc.stderr.replace("│", " ").split())
+    assert "records 3 of 4" in summary, proc.stderr  # (it said 4 beside the error)
     objs = read_objects(memq_stack.s3_client(), memq_stack.bucket, topic=topic)
     assert sorted(r[2] for o in objs for r in o.records) == sorted([b"first", b"a", big, b"b"])
 
@@ -172,6 +174,10 @@ def test_consume_into_a_closed_pipe_stops_and_commits_nothing(
     topic = unique_name("pipe")
     proc = memq(memq_stack, "produce", "--topic", topic, "--count", "20000", "--size", "20")
     assert proc.returncode == 0, proc.stderr
+    values = [r[2] for o in read_objects(memq_stack.s3_client(), memq_stack.bucket, topic=topic)
+              for r in o.records]  # fmt: skip
+    # Generated records differ (one value repeated 20,000 times compressed ~500x).
+    assert len(values) == len(set(values)) == 20000 and {len(v) for v in values} == {20}
     group = f"{topic}-g"
     cmd = f"{sys.executable} -m memq.cli.main consume -t {topic} -g {group} --max 20000"
     proc = subprocess.run(
