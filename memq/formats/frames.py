@@ -369,7 +369,16 @@ class FrameReceiver(PrefixedReceiver[RawFrame]):
         return _raw_from(view, owner)
 
 
+#: The first four bytes of an HTTP response ("HTTP") read as a frame length.
+_HTTP_AS_LENGTH = int.from_bytes(b"HTTP", "big")
+
+
 def _check_frame_length(length: int, max_frame_size: int) -> None:
+    if length == _HTTP_AS_LENGTH:  # (it said: send smaller blocks)
+        raise MalformedError(
+            "the peer answered in HTTP: that is a broker's HTTP port (metrics, ingest), "
+            "not its MemQ protocol port (port in `memq dev status`, the broker's config)"
+        )
     if length > max_frame_size:
         raise FrameTooLargeError(
             f"frame of {length} bytes exceeds the maximum of {max_frame_size}: "

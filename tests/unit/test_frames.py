@@ -86,6 +86,10 @@ def test_too_large_and_too_small_lengths_are_fatal():
     dec.feed((1025).to_bytes(4, "big"))
     with pytest.raises(FrameTooLargeError):
         list(dec.frames())
+    dec = FrameDecoder()  # an HTTP port's answer: said so (it said "send smaller blocks")
+    dec.feed(b"HTTP/1.1 400 Bad Request\r\n")
+    with pytest.raises(MalformedError, match="answered in HTTP"):
+        list(dec.frames())
     dec = FrameDecoder()
     dec.feed((3).to_bytes(4, "big") + b"abc")
     with pytest.raises(MalformedError):
