@@ -190,6 +190,9 @@ def cluster_status(
                 "min_writers": c.min_writers,
                 "shortfall_mbps": a.shortfall.get(t, 0.0),
                 "unplaced_writers": a.unplaced.get(t, 0),
+                # Writers short of min_writers (a cluster of fewer brokers, or placed
+                # short): the failover it asks for is not there.
+                "below_min_writers": max(0, c.min_writers - len(a.writers.get(t, []))),
                 "planned_mbps": a.planned_mbps.get(t),
                 "load_source": "measured" if t in a.measured else "declared",
             }
@@ -200,5 +203,10 @@ def cluster_status(
         "free_mbps": round(cap - used, 3),
         "shortfall": a.shortfall,
         "unplaced": a.unplaced,
+        "below_min_writers": {
+            t: c.min_writers - len(ws)
+            for t, c in sorted(topics.items())
+            if (ws := a.writers.get(t, [])) and len(ws) < c.min_writers
+        },
         "assignment": algorithm,
     }

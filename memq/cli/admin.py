@@ -129,12 +129,20 @@ def update(
     are sealed and uploaded first)."""
     if not settings:
         raise typer.BadParameter("nothing to change: pass --set KEY=VALUE")
-    cfg = _admin(bootstrap, state_dir).update_topic(name, parse_settings(settings))
+    admin = _admin(bootstrap, state_dir)
+    cfg = admin.update_topic(name, parse_settings(settings))
     err.print(
         f"topic {name} updated: "
         + ", ".join(settings)
         + f" (expected {cfg.get('expected_mbps')} MB/s)"
     )
+    brokers = len(admin.cluster_status().get("brokers", []))
+    if brokers and int(cfg.get("min_writers") or 1) > brokers:  # (capped, silently)
+        err.print(
+            f"[yellow]min_writers {cfg['min_writers']} is more than the cluster's {brokers} "
+            "broker(s): the topic gets one writer per broker, no more[/yellow]",
+            highlight=False,
+        )
 
 
 @topic_app.command("delete")
@@ -268,6 +276,11 @@ def status(
         c.print(f"capacity {s['capacity_mbps']} MB/s, used {s['used_mbps']}, free {s['free_mbps']}")
     if s.get("shortfall"):
         c.print(f"[red]shortfall (MB/s the cluster cannot place): {s['shortfall']}[/red]")
+    if s.get("below_min_writers"):
+        c.print(
+            f"[yellow]writers short of the topic's min_writers (fewer brokers than it asks "
+            f"for): {s['below_min_writers']}: add brokers or lower min_writers[/yellow]"
+        )
     if s.get("unplaced"):
         c.print(
             f"[red]writers no broker can take (capacity or buffer memory): {s['unplaced']}: "

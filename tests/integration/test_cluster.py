@@ -455,6 +455,15 @@ def test_a_topic_no_broker_has_memory_for_is_reported_then_placed_on_a_bigger_br
         big.start()
         until("placed on the bigger broker", lambda: writing([*small, big], topic) == {"big"})
         until("no longer unplaced", lambda: topic not in admin.cluster_status()["unplaced"])
+        # min_writers past the broker count is capped; the status says so (it was silent).
+        wide = unique_name("wide")
+        admin.create_topic(wide, {"min_writers": 5})
+        until("placed", lambda: admin.cluster_status()["topics"].get(wide, {}).get("writers"))
+        st = admin.cluster_status()
+        placed = len(st["topics"][wide]["writers"])
+        assert placed <= 3 and st["topics"][wide]["below_min_writers"] == 5 - placed
+        assert st["below_min_writers"][wide] == 5 - placed
+        assert topic not in st["below_min_writers"]  # (min_writers 1, placed)
     finally:
         for b in [*small, *([big] if big else [])]:
             if b.server is not None and not b.server.draining:
