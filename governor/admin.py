@@ -55,11 +55,18 @@ def validated_topic(config: BrokerConfig, name: str, settings: dict[str, Any]) -
     defaults = config.topic_defaults
     base = defaults.model_dump(by_alias=True, exclude_unset=True) if defaults else {}
     try:
-        return validate_model(
+        cfg = validate_model(
             TopicConfig, deep_merge(base, {**settings, "name": name}), f"topic {name}"
         )
     except ConfigError as e:
         raise InvalidRequestError(str(e)) from None
+    notes = cfg.notification_topic(config.cluster)
+    if len(notes) > 249:  # (a Kafka-protocol broker took it; Apache Kafka refuses it)
+        raise InvalidRequestError(
+            f"topic {name!r}: its notification topic name would be {len(notes)} characters, "
+            "over Kafka's 249: use a shorter topic name (or set notification.topic)"
+        )
+    return cfg
 
 
 def create_topic(

@@ -124,6 +124,9 @@ def test_topic_describe_shows_set_settings_and_delete_answers_no(
     assert proc.returncode == 1 and "no broker can write it" in proc.stderr, proc.stderr
     assert "the cluster cannot place 100000 MB/s" in proc.stderr and "ready" not in proc.stderr
     assert memq(memq_stack, "topic", "delete", huge, "--yes").returncode == 0
+    # A valid topic name whose notification topic name Kafka would refuse (> 249).
+    proc = memq(memq_stack, "topic", "create", "n" * 240)
+    assert proc.returncode == 1 and "over Kafka's 249" in proc.stderr, proc.stderr
     doc = json.loads(memq(memq_stack, "topic", "describe", topic, "--json").stdout)
     assert doc["settings"]["batch"]["ms"] == 500
     assert "secret_access_key" not in json.dumps(doc)
