@@ -578,7 +578,8 @@ def _check_timestamp(ts: int, what: str) -> None:
 
 def _topic_partitions(entries: Any, what: str) -> list[tuple[str, int]]:
     """``[(topic, partition)]``, else a ConfigError (a list was taken as a timeout)."""
-    out = [] if isinstance(entries, str | bytes | tuple) else list(entries)
+    listed = hasattr(entries, "__iter__") and not isinstance(entries, str | bytes | tuple)
+    out = list(entries) if listed else []  # (committed(10.0): a timeout given first)
     parts = [_partition_of(e) for e in out]
     if not out or any(p is None or len(e) != 2 for e, p in zip(out, parts, strict=True)):
         raise ConfigError(f"{what} takes [(topic, partition)], got {entries!r}")

@@ -87,6 +87,7 @@ CONSUMER_CASES: list[tuple[Callable[[Any], object], type[Exception], str]] = [
     (lambda c: c.commit(object()), TypeError, "positional argument"),
     # confluent's committed([(topic, partition)]): the list was taken as the timeout
     (lambda c: c.committed("t"), ConfigError, r"takes \[\(topic, partition\)\]"),
+    (lambda c: c.committed(5.0), ConfigError, r"takes \[\(topic, partition\)\]"),
     (lambda c: c.committed([("t", "x")]), ConfigError, r"takes \[\(topic, partition\)\]"),
     (lambda c: c.committed(timeout=-1), ConfigError, "None to wait without limit"),
     (lambda c: c.assign([("t", 1, 0), ("t", 1, 5)]), ConfigError, "partition 1 of 't' twice"),
