@@ -163,6 +163,7 @@ def consume(
     from memq import Consumer
     from memq.consumer.config import ConsumerConfig
     from memq.consumer.message import MessageId
+    from memq.consumer.offsets import log as offsets_log
     from memq.jsonlines import record_json, record_line
 
     if fmt not in ("raw", "json"):
@@ -205,6 +206,9 @@ def consume(
     conf.update(pairs(props, "-X", shape="KEY=VALUE", strip_value=True))
     usage_config(ConsumerConfig, conf)  # a typo'd -X key: one line, before anything runs
     start_ms = parse_time(from_time) if from_time is not None else None
+    # The consumer's warning that this Kafka drops commit metadata is left out (for the
+    # periodic commits too): the summary says what it means here.
+    offsets_log.addFilter(_not_metadata_dropped)
     c = Consumer(conf)
     joins = group is not None and partition is None  # else: no join, no waiting for one
     if partition is not None:
@@ -292,6 +296,7 @@ def consume(
         elapsed = time.monotonic() - t0
         stats = c.stats
         c.close()
+        offsets_log.removeFilter(_not_metadata_dropped)
     if tty:
         err.print()
     where = f"group {group}" if group is not None else "no group"
@@ -325,19 +330,14 @@ def _commit(
 ) -> str:
     """Commit what was printed; say plainly what that covers (the consumer's warning that
     this Kafka drops commit metadata is left out: the summary says what it means here)."""
-    from memq.consumer.offsets import log as offsets_log
-
     if no_commit:
         return "no (--no-commit)"
     if group is None:
         return "no (no --group: nothing to commit to)"
-    offsets_log.addFilter(_not_metadata_dropped)
     try:
         offsets = c.commit()
     except MemqError as e:
         return f"failed: {e}"
-    finally:
-        offsets_log.removeFilter(_not_metadata_dropped)
     # Objects printed in part: the commit is at that object (with its next record's
     # position in the commit metadata, which not every Kafka keeps).
     inside = sum(printed.get((p, o), 0) for (t, p), o in offsets.items() if t == topic)
