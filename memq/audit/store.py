@@ -112,9 +112,6 @@ ON CONFLICT (topic, grp, producer_id, epoch, sequence) DO UPDATE SET
 """
 
 
-#: The largest SQLite INTEGER (a signed 64-bit integer).
-
-
 def _expiring(row: tuple[Any, ...], current: dict[str, int]) -> tuple[Any, ...]:
     """A ``produced`` row (its last field: the retention.ms it reported, or None) with its
     expiry: ack time plus the topic's latest retention (Kafka's "forever",
