@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -276,7 +277,8 @@ def consume(
                 err.print(f"\r{n:,} records, {n / (time.monotonic() - t0):,.0f}/s", end="")
             if commits and last >= next_commit:  # (as auto-commit, once printed)
                 out.flush()
-                c.commit(asynchronous=True)
+                with contextlib.suppress(MemqError):  # (the next commit covers it)
+                    c.commit(asynchronous=True)
                 next_commit = last + every
         out.flush()
     except KeyboardInterrupt:
