@@ -150,9 +150,10 @@ def report(
     """Produced, consumed, missing, pending, duplicates (handed out twice), duplicates the
     consumers dropped, mismatches and latency for a topic. Exit 0 when nothing is
     missing, 1 when records are missing or mismatched, 2 when there is no audit data for
-    the topic (no block acked in the window), or --group names a group that consumed none
-    of it (nothing can be proven). A table per topic, or one group after another where the
-    terminal is too narrow for it (names and figures are never cut)."""
+    the topic (no block acked in the window, or no consumer group reported consuming it),
+    or --group names a group that consumed none of it (nothing can be proven). A table
+    per topic, or one group after another where the terminal is too narrow for it (names
+    and figures are never cut)."""
     params = {
         "since": since,
         "topic": topic,
@@ -181,6 +182,14 @@ def report(
     else:
         _print(doc, t, missing)
     if t is None or t["produced_blocks"] == 0:  # nothing acked in the window: nothing proven
+        raise typer.Exit(EXIT_NO_DATA)
+    if not t["groups"]:  # acked, and no consumer reported: a dead consumer is not "ok"
+        err.print(
+            f"no consumer group has reported consuming topic {topic!r}: nothing is proven "
+            "(do its consumers run with audit.enable=true and a group.id?)",
+            highlight=False,
+            markup=False,
+        )
         raise typer.Exit(EXIT_NO_DATA)
     if group is not None and all(g["status"] == "unconsumed" for g in t["groups"]):
         err.print(

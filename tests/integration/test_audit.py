@@ -402,9 +402,11 @@ def test_the_report_is_no_proof_while_the_auditor_cannot_read_its_topic(
     store = AuditStore(db)
     fields = {"topic": "gone", "producer_id": 1, "epoch": 0, "sequence": 0, "records": 5,
               "content_crc": 7, "min_timestamp": now, "time": now}  # fmt: skip
+    unread = {**fields, "topic": "unread"}
     store.apply([
         Ingest(AuditRecord(kind="produced", acks="all", **fields), "memq.audit", 0, 0),  # type: ignore[arg-type]
         Ingest(AuditRecord(kind="consumed", group="g", **fields), "memq.audit", 0, 1),  # type: ignore[arg-type]
+        Ingest(AuditRecord(kind="produced", acks="all", **unread), "memq.audit", 0, 2),  # type: ignore[arg-type]
     ])  # fmt: skip
     store.close()
     cfg = AuditorConfig(
@@ -426,5 +428,13 @@ def test_the_report_is_no_proof_while_the_auditor_cannot_read_its_topic(
         from_db = subprocess.run([*report[:-2], "--db", str(db)], capture_output=True,
                                  text=True, check=False)  # fmt: skip
         assert from_db.returncode == 0, from_db.stdout + from_db.stderr
+        # Acked and read by no group (a dead consumer, or one not auditing): not "ok".
+        no_reader = subprocess.run(
+            [sys.executable, "-m", "memq.cli.main", "audit", "report", "--topic", "unread",
+             "--db", str(db), "--strict", "--grace", "0s"],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        assert no_reader.returncode == 2, no_reader.stdout + no_reader.stderr
+        assert "no consumer group has reported consuming topic 'unread'" in no_reader.stderr
     finally:
         aud.stop()
