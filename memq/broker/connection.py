@@ -229,7 +229,9 @@ class BrokerConnection(FramedProtocol[RawFrame]):
     def respond_error(self, req_type: int, rid: int, err: BaseException, body: bytes = b"") -> None:
         status = status_for_error(err)
         self.server.metrics.requests.labels(_type_name(req_type), status.name).inc()
-        self.server.metrics.errors.labels(error_kind(status)).inc()
+        # (an admin request refused, a typo'd topic create, is not a bad client)
+        kind = "admin" if req_type >= RequestType.TOPIC_CREATE else error_kind(status)
+        self.server.metrics.errors.labels(kind).inc()
         text = (
             str(err)
             if isinstance(err, MemqError)

@@ -328,6 +328,9 @@ def test_delete_with_purge_leaves_nothing_and_without_says_what_is_left(
     # old records came back in a re-created topic, and a purge found no topic).
     with pytest.raises(InvalidRequestError, match="deleted without --purge"):
         admin.create_topic(kept)
+    assert broker.server is not None  # (a refused admin request is no bad client)
+    errors = broker.server.metrics.errors
+    assert errors.labels("admin")._value.get() >= 1 and errors.labels("protocol")._value.get() == 0
     with Producer({"bootstrap.servers": broker.address}) as p, pytest.raises(MemqError):
         p.produce(kept, b"new").result(30)  # nor auto-created
     res = cli("topic", "delete", kept, "--yes", "--purge", "-b", broker.address)
