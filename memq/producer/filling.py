@@ -30,11 +30,11 @@ from memq.errors import ClientClosedError, MemqError
 from memq.formats.block import BLOCK_HEADER_SIZE, Header
 from memq.producer.accumulator import OpenBlock, SealedBlock
 from memq.producer.config import ProducerConfig
-from memq.producer.futures import BlockResult, DeliveryCallback, RecordFuture
+from memq.producer.futures import BatchFuture, BlockResult, DeliveryCallback, RecordFuture
 from memq.producer.lanes import lane_of
 from memq.producer.sender import Sender
 
-__all__ = ["BlockFilling", "BufferFullError"]
+__all__ = ["BlockFilling", "BufferFullError", "partly_queued"]
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +47,23 @@ class BufferFullError(MemqError, BufferError):
     """produce() waited ``max.block.ms`` for buffer space: the brokers do not keep up."""
 
     retriable = True
+
+
+def partly_queued(
+    e: MemqError, topic: str, parts: list[tuple[BlockResult, int]], queued: Sequence[int], n: int
+) -> MemqError:
+    """``e`` raised by produce_batch() once ``queued`` (indexes) of its ``n`` records
+    were in blocks: those are delivered all the same, so a retry of the whole batch
+    would store them twice. ``e.queued`` lists them, ``e.future`` is their future."""
+    e.queued = list(queued)  # type: ignore[attr-defined]
+    e.future = BatchFuture(topic, parts) if parts else None  # type: ignore[attr-defined]
+    if queued:
+        e.args = (
+            f"{e.args[0] if e.args else e}; {len(queued)} of these {n} records were queued "
+            "before it and will be delivered: retry only the others (e.queued lists "
+            "their indexes, e.future is their BatchFuture)",
+        )
+    return e
 
 
 class BlockFilling:
@@ -186,10 +203,19 @@ class BlockFilling:
         for i, k in enumerate(keys):
             groups.setdefault(None if k is None else lane_of(k, writers), []).append(i)
         parts: list[tuple[BlockResult, int]] = []
+        queued: list[int] = []
         for lane, idx in groups.items():
             totals = list(accumulate((sizes[i] for i in idx), initial=0))
             sub_keys = [keys[i] for i in idx]
-            self._fill(topic, lane, ts, sub_keys, [values[i] for i in idx], totals, limit, parts)
+            before = len(parts)
+            try:
+                self._fill(
+                    topic, lane, ts, sub_keys, [values[i] for i in idx], totals, limit, parts
+                )
+            except MemqError as e:
+                queued += idx[: sum(c for _, c in parts[before:])]
+                raise partly_queued(e, topic, parts, sorted(queued), len(keys)) from None
+            queued += idx
         return parts
 
     def _open_lane_block(

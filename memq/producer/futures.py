@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from itertools import repeat
 from typing import Any, NamedTuple
 
+from memq.config.base import check_timeout
 from memq.errors import MemqError, RequestTimeoutError
 
 __all__ = ["BatchFuture", "BlockResult", "DeliveryCallback", "RecordFuture", "RecordMetadata"]
@@ -161,6 +162,7 @@ class RecordFuture:
         return self._block.metadata(self.topic, self._timestamp, self._index)
 
     def exception(self, timeout: float | None = None) -> MemqError | None:
+        check_timeout(timeout)
         if not self._block.wait(timeout):
             raise self._block.not_delivered("record", timeout)
         return self._block.error
@@ -211,6 +213,7 @@ class BatchFuture:
 
     def exception(self, timeout: float | None = None) -> MemqError | None:
         """The first error among the call's blocks (None: all acknowledged)."""
+        check_timeout(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         for r, _ in self._parts:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())

@@ -31,7 +31,7 @@ from memq.formats.block import BLOCK_HEADER_SIZE, INT64_MAX, INT64_MIN, Header
 from memq.formats.keys import validate_name
 from memq.producer.accumulator import RECORD_OVERHEAD, OpenBlock, SealedBlock, record_size
 from memq.producer.config import ProducerConfig
-from memq.producer.filling import BlockFilling, BufferFullError
+from memq.producer.filling import BlockFilling, BufferFullError, partly_queued
 from memq.producer.futures import BatchFuture, BlockResult, DeliveryCallback, RecordFuture
 from memq.producer.sender import Sender
 from memq.protocol import Ack
@@ -75,11 +75,12 @@ def _headers(h: Mapping[str, Any] | Iterable[tuple[str, Any]] | None) -> tuple[H
 def _timestamp(ts: Any) -> int:
     """A record's timestamp given by the caller: epoch milliseconds that fit an int64."""
     if isinstance(ts, bool) or not isinstance(ts, int):
-        try:
-            ts = operator.index(ts) if not isinstance(ts, float) else int(ts)
-        except (TypeError, ValueError, OverflowError):
+        try:  # (a float is refused, as confluent-kafka does: time.time() is *seconds*,
+            ts = operator.index(ts)  # truncated to milliseconds it was January 1970)
+        except TypeError:
             raise TypeError(
-                f"record timestamp must be an int (epoch milliseconds), not {type(ts).__name__}"
+                f"record timestamp must be an int (epoch milliseconds, e.g. "
+                f"time.time_ns() // 1_000_000), not {type(ts).__name__}"
             ) from None
     if not INT64_MIN <= ts <= INT64_MAX:
         raise ConfigError(f"record timestamp {ts} does not fit an int64 (epoch milliseconds)")
@@ -273,6 +274,8 @@ class Producer(BlockFilling):
         """
         if self._closed:
             raise ClientClosedError("producer is closed")
+        if not isinstance(topic, str):  # (a list raised "unhashable type")
+            raise TypeError(f"topic must be a str, not {type(topic).__name__}")
         if isinstance(values, str | bytes | bytearray | memoryview) or not isinstance(
             values, Iterable
         ):
@@ -307,7 +310,10 @@ class Producer(BlockFilling):
                 )
             totals = list(accumulate(sizes, initial=0))
         parts: list[tuple[BlockResult, int]] = []
-        self._fill(topic, None, ts, keys, values, totals, limit, parts)
+        try:
+            self._fill(topic, None, ts, keys, values, totals, limit, parts)
+        except MemqError as e:  # (buffer.memory full, closed) after some records went in
+            raise partly_queued(e, topic, parts, range(sum(c for _, c in parts)), n) from None
         return BatchFuture(topic, parts)
 
     @staticmethod
@@ -340,11 +346,7 @@ class Producer(BlockFilling):
                 return  # completed already (close() failed it; the sender finished late)
             self._inflight.discard(block)
             self._buffered -= o.reserved
-            self._pending_records -= o.count
-            if self._pending_records:
-                self._freed()
-            else:  # (flush() waits for this)
-                self._changed.notify_all()
+            self._freed()
             c = self._counts
             if error is None:
                 c["records_acked"] += o.count
@@ -360,15 +362,18 @@ class Producer(BlockFilling):
         result.complete(error, **meta)
         if error is None and self._audit is not None:
             self._audit_block(block, meta)
-        if not o.cb_fn:
-            return
-        # Per-record work: one tuple and one call per callback.
-        metas = result.metadata_many(o.topic, o.timestamps, o.cb_index)
-        for cb, md in zip(o.cb_fn, metas, strict=True):
-            try:
-                cb(error, md)
-            except Exception:
-                log.exception("on_delivery callback raised")
+        if o.cb_fn:
+            # Per-record work: one tuple and one call per callback.
+            metas = result.metadata_many(o.topic, o.timestamps, o.cb_index)
+            for cb, md in zip(o.cb_fn, metas, strict=True):
+                try:
+                    cb(error, md)
+                except Exception:
+                    log.exception("on_delivery callback raised")
+        with self._lock:  # after the callbacks: flush() returns once they all ran
+            self._pending_records -= o.count
+            if not self._pending_records:
+                self._changed.notify_all()
 
     def _audit_block(self, block: SealedBlock, meta: dict[str, Any]) -> None:
         """Emit the block's ``produced`` audit record (on the I/O loop, never blocking)."""

@@ -54,7 +54,32 @@ def test_buffer_full_blocks_then_raises(memq_stack: StackState, s3_bucket: str) 
             assert isinstance(BufferFullError("x"), BufferError)  # Kafka users catch BufferError
             proxy.set_mode("pass")
             assert p.flush(60) == 0
+            # produce_batch() that runs out of buffer.memory part way: the records already
+            # in blocks are delivered all the same, and the error says which (a retry of
+            # the whole batch stored them twice).
+            proxy.set_mode("stall")
+            values = [b"%05d" % i + os.urandom(8000) for i in range(300)]
+            with pytest.raises(BufferFullError) as info:
+                p.produce_batch("full", values)
+            queued = info.value.queued  # type: ignore[attr-defined]
+            assert 0 < len(queued) < 300 and queued == list(range(len(queued)))
+            assert f"{len(queued)} of these 300 records were queued" in str(info.value)
+            proxy.set_mode("pass")
+            assert info.value.future.result(60) == len(queued)  # type: ignore[attr-defined]
+            # flush() returns once the delivery callbacks ran (it returned before them).
+            ran: list[object] = []
+
+            def slow(err: object, _md: object) -> None:
+                time.sleep(0.05)
+                ran.append(err)
+
+            for i in range(20):
+                p.produce("full", b"cb-%d" % i, on_delivery=slow)
+            assert p.flush(60) == 0 and ran == [None] * 20
             p.close()
+            stored = [r[2] for o in read_objects(memq_stack.s3_client(), s3_bucket, topic="full")
+                      for r in o.records if len(r[2]) == 8005]  # fmt: skip
+            assert sorted(stored) == values[: len(queued)]
 
 
 def test_many_topics_share_buffer_memory_and_blocks_still_fill(

@@ -27,6 +27,10 @@ PRODUCE_CASES: list[tuple[Callable[[Any], object], type[Exception], str]] = [
     (lambda p: p.produce("t", b"x", timestamp=2**64), ConfigError, "does not fit an int64"),
     (lambda p: p.produce("t", b"x", timestamp=2**63), ConfigError, "does not fit an int64"),
     (lambda p: p.produce("t", b"x", timestamp="abc"), TypeError, "must be an int"),
+    # time.time() (seconds, a float) was truncated to milliseconds of January 1970
+    (lambda p: p.produce("t", b"x", timestamp=1795579721.5), TypeError, "not float"),
+    (lambda p: p.produce_batch("t", [b"x"], timestamp=1.0), TypeError, "not float"),
+    (lambda p: p.produce_batch(["t"], [b"x"]), TypeError, "topic must be a str, not list"),
     (lambda p: p.produce_batch("t", [b"x"], timestamp=-(2**63) - 1), ConfigError, "int64"),
     (lambda p: p.produce("t", b"x", headers="abc"), TypeError, r"\(name, value\) pairs"),
     (lambda p: p.produce("t", b"x", headers=["a"]), TypeError, r"\(name, value\) pairs"),
@@ -56,10 +60,18 @@ def test_producer_argument_errors(
     assert len(producer) == 0  # nothing was queued
 
 
+def test_a_negative_wait_for_a_future_is_a_config_error(producer: Any) -> None:
+    fut = producer.produce("t", b"x")  # (it said "not delivered within -1 s")
+    with pytest.raises(ConfigError, match="None to wait without limit"):
+        fut.result(-1)
+    with pytest.raises(ConfigError, match="None to wait without limit"):
+        producer.produce_batch("t", [b"x"]).exception(-1)
+
+
 def test_timestamps_that_fit_are_taken() -> None:
     p = Producer({**NOWHERE, "linger.ms": 60_000})
     try:
-        for ts in (0, -(2**63), 2**63 - 1, 1_700_000_000_000.0):
+        for ts in (0, -(2**63), 2**63 - 1, 1_700_000_000_000):
             p.produce("t", b"x", timestamp=ts)
         assert len(p) == 4
     finally:
