@@ -476,7 +476,8 @@ class Producer(BlockFilling):
 
         Every record produced before close() returns is delivered or failed: those still
         unacknowledged when the time is up fail with :class:`ClientClosedError` (their
-        futures resolve, their callbacks run). Returns how many records that was.
+        futures resolve, their callbacks run). Returns how many records that was. Stopping
+        the I/O thread then takes at most 10 s more (a delivery callback that blocks it).
         """
         if self._on_io_thread():
             raise MemqError("close() cannot be called from a delivery callback")
@@ -486,13 +487,16 @@ class Producer(BlockFilling):
             self._closed = True  # produce() raises ClientClosedError from now on
             self._changed.notify_all()
         left = self.flush(timeout)
+        # Stopping the I/O thread takes at most _SHUTDOWN_WAIT_S in all (one deadline, not
+        # one per step: a delivery callback blocking the thread made close(5) take 25 s).
+        deadline = time.monotonic() + _SHUTDOWN_WAIT_S
         try:
             if self._audit_tasks:  # audit records still waiting for their topic's metadata
                 asyncio.run_coroutine_threadsafe(
                     asyncio.wait(set(self._audit_tasks), timeout=5), self._loop
-                ).result(_SHUTDOWN_WAIT_S)
+                ).result(max(0.0, deadline - time.monotonic()))
             asyncio.run_coroutine_threadsafe(self._sender.shutdown(), self._loop).result(
-                _SHUTDOWN_WAIT_S
+                max(0.0, deadline - time.monotonic())
             )
         except TimeoutError:  # (close() returns all the same: what is left fails below)
             log.warning(
@@ -502,7 +506,7 @@ class Producer(BlockFilling):
             )
         finally:
             self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(_SHUTDOWN_WAIT_S)
+        self._thread.join(max(0.1, deadline - time.monotonic()))
         with self._lock:  # sealed but never sent (the loop stopped first): fail them
             leftover = list(self._inflight)
         for block in leftover:
