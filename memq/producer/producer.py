@@ -392,12 +392,17 @@ class Producer(BlockFilling):
 
     async def _audit_after_metadata(self, topic: str, fields: dict[str, Any]) -> None:
         assert self._audit is not None
-        kafka = None
-        try:
-            tmeta = await self._sender.meta.topic(topic, refresh=True)
-            kafka = tmeta.notification.get("bootstrap_servers")
-        except MemqError as e:
-            log.warning("no metadata for %s to route its audit record: %s", topic, e)
+        kafka, why = None, None
+        for _ in range(10):  # (acks=0/1: the write that creates the topic may be under way)
+            try:
+                tmeta = await self._sender.meta.topic(topic, refresh=True)
+                kafka = tmeta.notification.get("bootstrap_servers")
+                break
+            except MemqError as e:
+                why = e
+                await asyncio.sleep(0.5)
+        if kafka is None:
+            log.warning("no metadata for %s to route its audit record: %s", topic, why)
         self._audit.emit(fields, kafka)
 
     def _audit_fields(self, block: SealedBlock, meta: dict[str, Any]) -> dict[str, Any]:
