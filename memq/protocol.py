@@ -263,6 +263,20 @@ class _TopicRequest(AdminRequest):
         return self.name
 
 
+def _names_endpoints(settings: dict[str, Any]) -> bool:
+    """Whether ``settings`` say where a topic's data and pointers go (``storage.*``,
+    ``notification.topic``/``bootstrap_servers``/``producer``): cluster admins only (ACL
+    target ``*``), as a topic admin could otherwise read or write another topic's data
+    (its notification topic), or have the broker send its Kafka credentials to a host
+    of their choosing."""
+    nested = nested_settings(settings)
+    notification = nested.get("notification")
+    return "storage" in nested or (
+        isinstance(notification, dict)
+        and any(k in notification for k in ("topic", "bootstrap_servers", "producer"))
+    )
+
+
 class TopicCreate(_TopicRequest):
     type = RequestType.TOPIC_CREATE
     #: Settings over the cluster's topic defaults, as dotted keys (``batch.ms``).
@@ -273,6 +287,10 @@ class TopicCreate(_TopicRequest):
     def nested(self) -> dict[str, Any]:
         return nested_settings(self.settings)
 
+    @property
+    def target(self) -> str:
+        return "*" if _names_endpoints(self.settings) else self.name
+
 
 class TopicUpdate(_TopicRequest):
     type = RequestType.TOPIC_UPDATE
@@ -280,6 +298,10 @@ class TopicUpdate(_TopicRequest):
 
     def nested(self) -> dict[str, Any]:
         return nested_settings(self.settings)
+
+    @property
+    def target(self) -> str:
+        return "*" if _names_endpoints(self.settings) else self.name
 
 
 class TopicDelete(_TopicRequest):

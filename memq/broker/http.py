@@ -27,6 +27,7 @@ from memq.broker.ingest import (
 from memq.broker.processor import TopicProcessor
 from memq.errors import (
     AuthenticationError,
+    AuthorizationError,
     IdempotencyKeyReusedError,
     InvalidRequestError,
     MemqError,
@@ -73,24 +74,6 @@ class HttpHost(BrokerHost, Protocol):
         ...
 
     def next_http_sequence(self) -> int: ...
-
-
-def check_bearer(req: web.Request, secret: bytes | None) -> web.Response | None:
-    """None when ``req`` may pass (no secret configured, or a valid bearer token)."""
-    if secret is None:
-        return None
-    header = req.headers.get("Authorization", "")
-    if not header.startswith("Bearer "):
-        return web.json_response(
-            {"error": "authentication required: send Authorization: Bearer <token>"},
-            status=401,
-            headers={"WWW-Authenticate": "Bearer"},
-        )
-    try:
-        verify_token(secret, header.removeprefix("Bearer ").strip())
-    except AuthenticationError as e:
-        return web.json_response({"error": str(e)}, status=401)
-    return None
 
 
 #: How long a request waits for this broker to be given a topic it was not assigned yet
@@ -157,9 +140,17 @@ def _app(server: HttpHost) -> web.Application:
         return web.json_response({"status": state}, status=200 if ok else 503)
 
     async def status(req: web.Request) -> web.Response:
-        denied = check_bearer(req, server.token_secret)
-        if denied is not None:
-            return denied
+        """Every topic this broker writes: cluster admins only (token or client
+        certificate, admin on ``*``) when the broker enforces auth."""
+        try:
+            who = principal_of(req)
+            if server.enforcing:
+                server.authorize(who, "admin", "*")
+        except (AuthenticationError, AuthorizationError) as e:
+            headers = {"WWW-Authenticate": "Bearer"} if isinstance(e, AuthenticationError) else None
+            return web.json_response(
+                {"error": str(e), "status": e.status.name}, status=http_status(e), headers=headers
+            )
         doc: dict[str, Any] = {
             "broker": server.config.broker_id,
             "cluster": server.config.cluster,

@@ -15,7 +15,13 @@ from memq.acl import AclEntry
 from memq.client.bootstrap import resolve_client, split_servers
 from memq.client.connection import ClientConnection
 from memq.config import SecureClientConfig
-from memq.errors import ConnectionLostError, InvalidRequestError, MemqError, UnknownTopicError
+from memq.errors import (
+    AuthorizationError,
+    ConnectionLostError,
+    InvalidRequestError,
+    MemqError,
+    UnknownTopicError,
+)
 from memq.protocol import (
     AclAdd,
     AclList,
@@ -145,11 +151,14 @@ class AdminClient:
         except storage and notification (metadata shows their public part)."""
         from memq.client.bootstrap import fetch_metadata
 
-        meta = fetch_metadata(self.bootstrap, [name], timeout=self.timeout)
+        meta = fetch_metadata(self.bootstrap, [name], timeout=self.timeout, security=self.security)
         t = meta.topics.get(name)
         if t is None or t.error:
             raise UnknownTopicError(t.error if t and t.error else f"unknown topic {name!r}")
-        status = self.cluster_status().get("topics", {}).get(name, {})
+        try:
+            status = self.cluster_status().get("topics", {}).get(name, {})
+        except AuthorizationError:  # a topic admin: the cluster's placement is not theirs
+            status = {}
         out = {**t.model_dump(mode="json"), **status, "cluster": meta.cluster}
         settings = self._topic_settings(name)
         if settings is not None:

@@ -83,16 +83,17 @@ def resolve_client(cfg: C, configured: list[str]) -> tuple[C, Endpoints]:
 
 
 def _with_profile_security(cfg: C, profile: StackProfile) -> C:
-    """The stack's TLS CA and token, unless the client configured security itself."""
-    own = cfg.security_protocol != "plaintext" or cfg.auth_token or cfg.ssl_ca_location
-    if own or profile.ssl_ca_location is None:
+    """The stack's TLS CA, unless the client configured TLS itself, and its token, unless
+    the client has its own (a token of its own kept the CA out: it went in plaintext)."""
+    own_tls = cfg.security_protocol != "plaintext" or cfg.ssl_ca_location
+    if own_tls or profile.ssl_ca_location is None:
         return cfg
     update: dict[str, Any] = {
         "security_protocol": "ssl",
         "ssl_ca_location": Path(profile.ssl_ca_location),
     }
     token = profile.token()
-    if token:
+    if token and not cfg.auth_token:
         update["auth_token"] = SecretStr(token)
     return cfg.model_copy(update=update)
 

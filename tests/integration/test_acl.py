@@ -151,6 +151,31 @@ def test_clustered_acls_live_in_zookeeper_and_apply_on_every_broker(
         what="the revocation on every broker",
     )
     assert {e["principal"] for e in root.list_acls()} == {"ops", "bi"}
+    # An admin of a topic prefix manages its topics, but where their data and pointers go
+    # (storage, notification topic or Kafka) needs admin on *: it could read and write
+    # another topic's records through its notification topic, or send the broker's Kafka
+    # credentials to a host of its choosing.
+    prefix = unique_name("team")
+    root.add_acl("team", f"{prefix}*", ["admin"])
+    team = AdminClient([addrs[0]], security=sec("team"))
+    wait_for(lambda: True if _can_create(team, f"{prefix}-ok") else None, timeout=30,
+             what="team is admin of its prefix")  # fmt: skip
+    for setting in ({"notification.topic": f"memq.x.{events}.notifications"},
+                    {"notification.bootstrap_servers": "attacker.example:9092"},
+                    {"storage.type": "filesystem", "storage.filesystem.root": "/tmp/x"}):  # fmt: skip
+        with pytest.raises(AuthorizationError, match=r"admin on the cluster \(topic \*\)"):
+            team.create_topic(f"{prefix}-bad", setting)
+        with pytest.raises(AuthorizationError):
+            team.update_topic(f"{prefix}-ok", setting)
+    team.update_topic(f"{prefix}-ok", {"batch.ms": 500})  # its own topic's settings: fine
+
+
+def _can_create(admin: AdminClient, name: str) -> bool:
+    try:
+        admin.create_topic(name, {"min_writers": 1}, if_not_exists=True)
+        return True
+    except AuthorizationError:
+        return False
 
 
 def _can_list(address: str, principal: str) -> bool:
@@ -188,5 +213,19 @@ def test_acl_cli_on_a_tls_dev_stack(memq_stack: StackState, tmp_path: Any) -> No
         typo = memq("acl", "remove", "-p", "team-b", "-t", "logs.*", "-o", "produce")
         assert typo.returncode == 1 and "nothing removed" in typo.stderr, typo.stderr
         assert time.monotonic() - t0 < 60
+        # topic describe on a TLS stack (it connected in plaintext), and a topic admin's
+        # create/update succeed (they ended in "may not admin on the cluster", exit 1).
+        assert memq("topic", "create", "logs.x", "--set", "min_writers=1").returncode == 0
+        described = memq("topic", "describe", "logs.x", "--json")
+        assert described.returncode == 0 and '"writers"' in described.stdout, described.stderr
+        assert memq("acl", "add", "-p", "team-a", "-t", "logs.*", "-o", "admin").returncode == 0
+        secret = tmp_path / "st" / "tls" / "token_secret"  # (the stack's CA is kept)
+        scoped = {**env, "MEMQ_AUTH_TOKEN": make_token(secret.read_bytes().strip(), "team-a", 600)}
+        for args in (["topic", "create", "logs.y", "--set", "min_writers=1"],
+                     ["topic", "update", "logs.y", "--set", "batch.ms=500"]):  # fmt: skip
+            done = subprocess.run([sys.executable, "-m", "memq.cli.main", *args],
+                                  capture_output=True, text=True, timeout=120, env=scoped,
+                                  check=False)  # fmt: skip
+            assert done.returncode == 0, done.stderr
     finally:
         assert memq("dev", "down").returncode == 0

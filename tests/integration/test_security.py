@@ -54,7 +54,10 @@ def tls_broker(
         auth={
             "enabled": auth,
             "token_secret": SECRET,
-            "acls": [{"principal": "*", "topic": "sec", "ops": ["produce", "consume"]}],
+            "acls": [
+                {"principal": "*", "topic": "sec", "ops": ["produce", "consume"]},
+                {"principal": "root", "topic": "*", "ops": ["admin"]},
+            ],
         },
     )
     return BrokerThread(cfg)
@@ -190,7 +193,13 @@ def test_http_is_tls_and_status_needs_a_bearer_token(broker: BrokerThread, certs
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(f"{base}/status", context=ctx, timeout=5)
     assert e.value.code == 401
+    # Every topic the broker writes: cluster admins only (a producer saw them all).
     token = make_token(SECRET.encode(), "ops", 600)
+    req = urllib.request.Request(f"{base}/status", headers={"Authorization": f"Bearer {token}"})
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req, context=ctx, timeout=5)
+    assert e.value.code == 403 and "may not admin" in json.loads(e.value.read())["error"]
+    token = make_token(SECRET.encode(), "root", 600)
     req = urllib.request.Request(f"{base}/status", headers={"Authorization": f"Bearer {token}"})
     with urllib.request.urlopen(req, context=ctx, timeout=5) as r:
         doc = json.loads(r.read())
