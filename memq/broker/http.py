@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
@@ -13,6 +14,7 @@ from typing import Any, Protocol
 
 import msgpack
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from memq.broker.host import BrokerHost
@@ -278,7 +280,31 @@ def _app(server: HttpHost) -> web.Application:
     return app
 
 
+class _NoRequestEcho(logging.Filter):
+    """aiohttp logs a request it cannot parse (a header line over 8 KB, ...) with a
+    traceback quoting the line: an ``Authorization: Bearer`` token went to the broker log.
+    Such a record becomes one line naming the error, without the request's bytes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError):
+            record.msg, record.args = (
+                "bad HTTP request refused: %s (%s)",
+                (
+                    type(exc).__name__,
+                    exc.code,
+                ),
+            )
+            record.exc_info = record.exc_text = None
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+
+_NO_REQUEST_ECHO = _NoRequestEcho()
+
+
 async def start_http(server: HttpHost, host: str, port: int) -> tuple[web.AppRunner, int]:
+    logging.getLogger("aiohttp.server").addFilter(_NO_REQUEST_ECHO)
     # Bodies are decoded by the ingest handler (decode_body): its errors are JSON, its
     # output is capped, and zstd works without aiohttp's optional decoders.
     runner = web.AppRunner(_app(server), access_log=None, auto_decompress=False)

@@ -281,3 +281,24 @@ def test_the_docs_examples_run_as_written(
         [b'{"clicked": true}', b"\x00\x01\x02", b"order 1001 paid"]
         + [b"first line", b"second line"] * 2
     )
+
+
+def test_an_unparsable_request_is_logged_without_its_bytes(
+    broker: BrokerThread, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A header over aiohttp's 8 KB line limit was logged with a traceback quoting it: a
+    valid bearer token in it went to the broker log."""
+    import logging
+    import socket
+
+    assert broker.server is not None
+    token = "eyJzdWIiOiJzZWNyZXQtdG9rZW4ifQ.c2lnbmF0dXJl"
+    caplog.set_level(logging.INFO, logger="aiohttp.server")
+    with socket.create_connection(("127.0.0.1", broker.server.http_port), timeout=10) as s:
+        s.sendall(b"GET /status HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                  + token.encode() + b" " + b"x" * 9000 + b"\r\n\r\n")  # fmt: skip
+        answer = s.recv(65536)
+    assert answer.split(b" ", 2)[1] == b"400", answer[:100]
+    logged = "\n".join(r.getMessage() + (r.exc_text or "") for r in caplog.records)
+    assert token not in logged and "Traceback" not in logged
+    assert "bad HTTP request refused: LineTooLong" in logged
