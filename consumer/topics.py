@@ -13,7 +13,7 @@ from typing import Any
 
 from memq.consumer.config import ConsumerConfig
 from memq.consumer.connect import Connector
-from memq.errors import MemqError, UnknownTopicError
+from memq.errors import AuthorizationError, MemqError, UnknownTopicError
 from memq.protocol import TopicMetadata
 from memq.storage_handlers.base import StorageReader
 
@@ -70,6 +70,8 @@ class Topics:
         kafka = {self.kafka} if self.kafka is not None else set()
         for name in names:
             t = meta.topics.get(name)
+            if t is not None and t.error and t.error.startswith("not authorized"):
+                raise AuthorizationError(t.error)  # (the broker's answer to a denied name)
             if t is None or t.error is not None:
                 raise UnknownTopicError(
                     t.error

@@ -18,6 +18,7 @@ Brokers enforce ACLs only when ``auth.enabled``.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterable
 from typing import Literal
 
@@ -78,7 +79,8 @@ class AclTable:
             what = "the cluster (topic *)" if topic == "*" else f"topic {topic!r}"
             raise AuthorizationError(
                 f"principal {principal!r} may not {op} on {what}: ask an admin for "
-                f"`memq acl add --principal {principal} --topic {topic} --op {op}`"
+                f"`memq acl add --principal {shlex.quote(str(principal))} --topic "
+                f"{shlex.quote(topic)} --op {op}`"  # (an unquoted * is a shell glob)
             )
 
 

@@ -24,7 +24,7 @@ from memq.cli.options import (
     time_option,
     topic_name,
 )
-from memq.cli.produce import field_format, pairs, separator, usage_config
+from memq.cli.produce import env_security, field_format, pairs, separator, usage_config
 from memq.errors import MemqError
 from memq.formats.times import ms_to_iso
 
@@ -205,7 +205,9 @@ def consume(
     if bootstrap:
         conf["bootstrap.servers"] = bootstrap
     conf.update(pairs(props, "-X", shape="KEY=VALUE", strip_value=True))
-    usage_config(ConsumerConfig, conf)  # a typo'd -X key: one line, before anything runs
+    usage_config(
+        ConsumerConfig, env_security(conf)
+    )  # a typo'd -X key: one line, before anything runs
     start_ms = parse_time(from_time) if from_time is not None else None
     # The consumer's warning that this Kafka drops commit metadata is left out (for the
     # periodic commits too): the summary says what it means here.

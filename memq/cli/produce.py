@@ -54,6 +54,19 @@ def pairs(
     return out
 
 
+def env_security(conf: dict[str, Any]) -> dict[str, Any]:
+    """``conf`` with ``auth.token``/``ssl.ca.location`` from ``MEMQ_AUTH_TOKEN`` /
+    ``MEMQ_SSL_CA_LOCATION`` when ``-X`` does not set them, as the admin commands read
+    them (a token given with ``-X`` is in the process list for every local user)."""
+    for key, var in (
+        ("auth.token", "MEMQ_AUTH_TOKEN"),
+        ("ssl.ca.location", "MEMQ_SSL_CA_LOCATION"),
+    ):
+        if key not in conf and os.environ.get(var):
+            conf[key] = os.environ[var]
+    return conf
+
+
 def usage_config(model: Any, conf: dict[str, Any]) -> Any:
     """``model.from_mapping(conf)``, its :class:`ConfigError` (a typo'd ``-X`` key, a bad
     value) as a one-line usage error."""
@@ -185,7 +198,9 @@ def produce(
     if bootstrap:
         conf["bootstrap.servers"] = bootstrap
     conf.update(pairs(props, "-X", shape="KEY=VALUE", strip_value=True))
-    cfg = usage_config(ProducerConfig, conf)  # nothing is reached before the options are good
+    cfg = usage_config(
+        ProducerConfig, env_security(conf)
+    )  # nothing is reached before the options are good
     limit = _topic_limit(topic, cfg)  # fails at once when no broker answers
     # A topic created by this first write gets the topic defaults: blocks up to batch.bytes
     # (the producer caps them by the topic's max_block_bytes once its metadata is known).

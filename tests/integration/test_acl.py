@@ -76,6 +76,15 @@ def test_standalone_acls_allow_and_deny_by_principal_topic_and_op(standalone: Br
     assert set(listed.topics) == {"orders"}
     named = fetch_metadata([a], ["payroll"], security=sec("bi"))
     assert "not authorized" in (named.topics["payroll"].error or "")
+    # A consumer denied the topic gets AuthorizationError (it was UnknownTopicError).
+    from memq import Consumer
+
+    c = Consumer({"bootstrap.servers": a, "auth.token": token("bi"), "group.id": "g"})
+    try:
+        with pytest.raises(AuthorizationError, match="may not read 'payroll'"):
+            c.subscribe("payroll")
+    finally:
+        c.close()
     # Cluster-wide admin needs admin on *.
     with pytest.raises(AuthorizationError):
         AdminClient([a], security=sec("app")).list_topics()

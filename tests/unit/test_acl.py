@@ -37,6 +37,8 @@ def test_check_names_the_grant_to_ask_for() -> None:
         AuthorizationError, match="memq acl add --principal app --topic t --op admin"
     ):
         AclTable().check("app", "admin", "t")
+    with pytest.raises(AuthorizationError, match="--topic '\\*' --op admin"):  # (a glob unquoted)
+        AclTable().check("app", "admin", "*")
 
 
 def test_add_merges_and_remove_drops_emptied_entries() -> None:
