@@ -147,7 +147,7 @@ def _list_root(
 def dedup_hedged(entries: Iterable[tuple[ObjectRef, str]]) -> tuple[list[ObjectRef], int]:
     """Collapse hedged copies: ``X`` and ``X-h<n>`` of the same size are one object.
 
-    Keeps the lowest attempt (``X`` itself when present). A ``-h<n>`` id whose base is
+    Keeps the lowest attempt of each size (``X`` itself when present). A ``-h<n>`` id whose base is
     not listed stays (it is the only copy, or a broker id that ends in ``-h<n>``).
     """
     by_id: dict[tuple[int, str], list[tuple[int, ObjectRef]]] = {}
@@ -161,10 +161,12 @@ def dedup_hedged(entries: Iterable[tuple[ObjectRef, str]]) -> tuple[list[ObjectR
         copies.sort()
         kept = copies[0][1]
         out.append(kept)
+        sizes = {kept.size}  # one copy per size (two same-size copies were both read)
         for _attempt, other in copies[1:]:
-            if other.size == kept.size:
+            if other.size in sizes:
                 dropped += 1
             else:
+                sizes.add(other.size)
                 log.warning(
                     "%s and %s share batch id %s but differ in size (%d vs %d bytes): reading both",
                     kept.key,

@@ -65,14 +65,27 @@ def parse_time_ms(name: str, value: str) -> int:
     """
     v = value.strip()
     if re.fullmatch(r"-?\d+", v):
-        return int(v)
-    try:
-        return iso_to_ms(v)
-    except ValueError:
+        ms = int(v)
+    else:
+        try:
+            ms = iso_to_ms(v)
+        except ValueError:
+            raise ConfigError(
+                f"option {name}={value!r} is not a time: use ISO-8601 "
+                "(2025-11-22T05:00:00Z, 2025-11-22) or epoch milliseconds"
+            ) from None
+    if not _EARLIEST_MS <= ms <= _LATEST_MS:  # (the listing's hour prefixes need a date)
         raise ConfigError(
-            f"option {name}={value!r} is not a time: use ISO-8601 "
-            "(2025-11-22T05:00:00Z, 2025-11-22) or epoch milliseconds"
-        ) from None
+            f"option {name}={value!r} is out of range: give a time from 0001-01-09 to "
+            "9999-12-23 (leave the option out for no bound)"
+        )
+    return ms
+
+
+#: The times a bound may take: a listing widens it by time_slack_ms (at most 7 days) and
+#: names its hours, which must be dates (a far-future bound was a traceback).
+_EARLIEST_MS = iso_to_ms("0001-01-09")
+_LATEST_MS = iso_to_ms("9999-12-23")
 
 
 def _int(opts: Mapping[str, str], name: str, default: int, lo: int, hi: int) -> int:
@@ -140,6 +153,9 @@ class ScanOptions:
 def parse_options(options: Mapping[str, str]) -> ScanOptions:
     """Validate Spark's (case-insensitive) option map into :class:`ScanOptions`."""
     opts = {str(k).lower(): v for k, v in options.items() if k.lower() != "path"}
+    endpoint = opts.get("endpoint_url")
+    if endpoint and not re.match(r"^https?://[^/]", str(endpoint)):  # (botocore: ValueError)
+        raise ConfigError(f"option endpoint_url={endpoint!r} is not a URL: use http(s)://host:port")
     unknown = sorted(set(opts) - set(KNOWN_OPTIONS))
     if unknown:
         raise ConfigError(

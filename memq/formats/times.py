@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 __all__ = ["iso_to_ms", "ms_to_iso"]
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def iso_to_ms(text: str) -> int:
@@ -16,7 +18,9 @@ def iso_to_ms(text: str) -> int:
     when = datetime.fromisoformat(t)
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
-    return int(when.timestamp() * 1000)
+    # Exact integers: timestamp() * 1000 in floats made ~20% of the milliseconds of some
+    # years (2004, 2038) one millisecond early.
+    return (when - _EPOCH) // timedelta(milliseconds=1)
 
 
 def ms_to_iso(ts_ms: int) -> str:

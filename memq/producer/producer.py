@@ -55,9 +55,7 @@ def _as_bytes(v: Any, what: str) -> bytes:
     raise TypeError(f"record {what} must be bytes or str, not {type(v).__name__}")
 
 
-def _headers(h: Mapping[str, Any] | Iterable[tuple[str, Any]] | None) -> tuple[Header, ...] | None:
-    if not h:
-        return None
+def _headers(h: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> tuple[Header, ...]:
     if isinstance(h, str | bytes | bytearray | memoryview):
         raise TypeError(f"headers must be a mapping or (name, value) pairs, not {type(h).__name__}")
     items = h.items() if isinstance(h, Mapping) else h
@@ -228,7 +226,7 @@ class Producer(BlockFilling):
             raise ClientClosedError("producer is closed")
         v = value if type(value) is bytes else _as_bytes(value, "value")
         k = key if key is None or type(key) is bytes else _as_bytes(key, "key")
-        h = _headers(headers) if headers else None
+        h = None if headers is None else _headers(headers)  # ([] stays empty, not none)
         ts = time.time_ns() // 1_000_000 if timestamp is None else _timestamp(timestamp)
         if on_delivery is not None and not callable(on_delivery):  # (it failed on the I/O
             raise TypeError(  # thread, logged, after the record was sent)

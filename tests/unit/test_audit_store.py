@@ -548,6 +548,8 @@ def test_iso_times_all_readers_share() -> None:
                  " 2025-11-22T05:00:00 ", "2025-11-22 05:00"):  # fmt: skip
         assert iso_to_ms(text) == 1763787600000, text
     assert iso_to_ms("2025-11-22") == 1763769600000
+    assert iso_to_ms("2004-02-27T17:06:19.034Z") == 1077901579034  # (floats gave ...033)
+    assert all(iso_to_ms(ms_to_iso(ms)) == ms for ms in range(1077901579000, 1077901580000))
     for bad in ("yesterday", "", "Z", "2025-13-01"):
         with pytest.raises(ValueError):
             iso_to_ms(bad)

@@ -140,3 +140,13 @@ def test_a_closed_consumer_says_so(call: Callable[[Any], object]) -> None:
     c.close()
     with pytest.raises(ClientClosedError, match="consumer is closed"):
         call(c)
+
+
+def test_empty_headers_stay_empty_not_none(producer: Any) -> None:
+    """headers=[] was stored as no headers (readers saw null, not {})."""
+    from memq.producer.producer import _headers
+
+    assert _headers([]) == () and _headers({}) == ()
+    producer.produce("t", b"x", headers=[])
+    (acc,) = producer._local.blocks.values()
+    assert acc.headers[-1] == ()

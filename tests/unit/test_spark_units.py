@@ -53,6 +53,11 @@ def test_options_defaults_and_required() -> None:
         ({"read_concurrency": "x"}, "integer"),
         ({"min_partition_bytes": "10", "target_partition_bytes": "5"}, "must not exceed"),
         ({"dedup": "yes"}, "dedup"),
+        # (the listing's hours overflowed datetime: a traceback)
+        ({"end_time": "9999-12-31T23:59:59Z"}, "end_time=.* is out of range"),
+        ({"start_time": "0001-01-01"}, "start_time=.* is out of range"),
+        ({"end_time": "99999999999999999"}, "out of range"),
+        ({"endpoint_url": "127.0.0.1:9"}, "endpoint_url"),
     ],
 )
 def test_options_are_validated_with_clear_errors(bad: dict[str, str], match: str) -> None:
@@ -141,6 +146,10 @@ def test_lone_hedged_copy_and_different_sizes_are_kept() -> None:
     assert dropped == 0 and len(objs) == 2  # not the same bytes: not a hedge copy
     objs, dropped = dedup_hedged([_ref(x), _ref(f"{x}-h1"), _ref(f"{x}-h2")])
     assert dropped == 2 and len(objs) == 1
+    # Two same-size hedges of a base of another size: the base and one of them (all three
+    # were read).
+    objs, dropped = dedup_hedged([_ref(x, 100), _ref(f"{x}-h1", 200), _ref(f"{x}-h2", 200)])
+    assert dropped == 1 and [o.key.rsplit("/", 1)[1] for o in objs] == [x, f"{x}-h1"]
 
 
 # --- decoding ----------------------------------------------------------------------------
