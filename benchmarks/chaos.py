@@ -280,7 +280,7 @@ def run(
         missing = acked - set(got)
         dupes = {v: n for v, n in got.items() if n > 1}
         copies = block_copies(reader.got, reader.dropped)
-        summary = audit_summary(auditor.url, topic, seconds, copies)
+        summary = audit_summary(auditor.url, topic, seconds, copies, sum(got.values()))
         for f in log:
             after = [load.acked[v] for v, p in load.produced_at.items()
                      if p > f["t0"] and v in load.acked]  # fmt: skip
@@ -442,8 +442,9 @@ def inject(kind: str, rng: random.Random, brokers: dict[str, dict[str, Any]], st
 
 
 def audit_summary(
-    url: str, topic: str, seconds: float, copies: dict[str, int] | None = None
-) -> dict[str, Any]:
+    url: str, topic: str, seconds: float, copies: dict[str, int] | None = None,
+    handed_out: int = 0,
+) -> dict[str, Any]:  # fmt: skip
     """The auditor's strict figures for the topic and group, once nothing is pending (and,
     given the consumer's ``copies``, once the audit records of those copies are in: up to
     30 s more, else the figures as they are)."""
@@ -456,7 +457,10 @@ def audit_summary(
             doc = json.loads(r.read())
         t = doc["topics"][0] if doc.get("topics") else None
         g = t["groups"][0] if t and t.get("groups") else None
-        return True if g and g.get("pending_records") == 0 else None
+        # (and once the audit records of every record handed out are in: they go through
+        # a queue, so the figures could be read with the last ones still on their way)
+        done = g and g.get("pending_records") == 0 and g.get("consumed_records", 0) >= handed_out
+        return True if done else None
 
     def copies_in() -> bool | None:
         settled()
