@@ -15,7 +15,7 @@ from typing import Literal
 
 from memq.errors import ConfigError, MalformedError
 from memq.formats.keys import validate_name
-from memq.formats.times import iso_to_ms
+from memq.formats.times import iso_to_ms, time_to_ms
 
 __all__ = [
     "DEFAULT_CLUSTER",
@@ -59,21 +59,12 @@ KNOWN_OPTIONS: dict[str, str] = {
 
 
 def parse_time_ms(name: str, value: str) -> int:
-    """Epoch milliseconds from ``value``: an integer (ms) or an ISO-8601 date/time.
-
-    A date/time without a zone is taken as UTC.
-    """
-    v = value.strip()
-    if re.fullmatch(r"-?\d+", v):
-        ms = int(v)
-    else:
-        try:
-            ms = iso_to_ms(v)
-        except ValueError:
-            raise ConfigError(
-                f"option {name}={value!r} is not a time: use ISO-8601 "
-                "(2025-11-22T05:00:00Z, 2025-11-22) or epoch milliseconds"
-            ) from None
+    """Epoch milliseconds from ``value``: ISO-8601 (no zone: UTC) or epoch milliseconds
+    (a short number is refused as ambiguous, :func:`memq.formats.times.time_to_ms`)."""
+    try:
+        ms = time_to_ms(value)
+    except ValueError as e:
+        raise ConfigError(f"option {name}: {e}") from None
     if not _EARLIEST_MS <= ms <= _LATEST_MS:  # (the listing's hour prefixes need a date)
         raise ConfigError(
             f"option {name}={value!r} is out of range: give a time from 0001-01-09 to "

@@ -6,7 +6,7 @@ import re
 from datetime import UTC, datetime
 
 from memq.errors import ConfigError
-from memq.formats.times import iso_to_ms
+from memq.formats.times import time_to_ms
 
 __all__ = ["parse_duration_s", "parse_since"]
 
@@ -27,27 +27,20 @@ def parse_since(text: str, now_ms: int) -> int:
     (naive: UTC) or epoch milliseconds; never after ``now_ms`` (an empty window proves
     nothing, so it is an error, not a report of zeros)."""
     t = text.strip()
-    if t.isdigit():
-        if len(t) < 12:  # 0, 3600, 1700000000: a unitless duration or epoch *seconds*?
-            raise ConfigError(
-                f"{text!r} is ambiguous: give a duration with its unit (e.g. "
-                f"{str(int(t)) + 's, ' if int(t) else ''}10m) "
-                "or epoch milliseconds (13 digits)"
-            )
-        since = int(t)
-    elif _DURATION.match(t):
+    if t.isdigit() and int(t) == 0:  # zero seconds back, or the epoch?
+        raise ConfigError(f"{text!r} is ambiguous: give a duration with its unit (e.g. 10m)")
+    if _DURATION.match(t) and not t.isdigit():
         back = int(parse_duration_s(t) * 1000)
         if back <= 0:
             raise ConfigError(f"{text!r} is an empty window: give a duration > 0 (e.g. 10m)")
         since = now_ms - back
     else:
         try:
-            since = iso_to_ms(t)
-        except ValueError:
-            raise ConfigError(
-                f"{text!r} is neither a duration (10m, 2h, 1d), an ISO-8601 time "
-                "(2026-11-22T05:00:00Z) nor epoch milliseconds"
-            ) from None
+            since = time_to_ms(t)
+        except ValueError as e:
+            # A bare number is a duration without its unit or epoch seconds: not guessed.
+            unit = f"{t}s, " if t.isdigit() else ""
+            raise ConfigError(f"{e}, or a duration with its unit (e.g. {unit}10m, 2h)") from None
     if since >= now_ms:
         raise ConfigError(
             f"{text!r} is not in the past (now is {_utc(now_ms)} UTC): the window would be empty"

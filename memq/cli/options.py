@@ -78,26 +78,14 @@ def http_url(value: str | None) -> str | None:
 
 
 def parse_time(text: str) -> int:
-    """ISO-8601 (a naive time is UTC) or epoch milliseconds -> epoch ms, else a usage
-    error: before 1970, or a short number (epoch *seconds*, an ISO basic date 20261125?
-    read as milliseconds it was silently 1970)."""
-    from memq.formats.times import iso_to_ms
+    """ISO-8601 (a naive time is UTC) or epoch milliseconds -> epoch ms
+    (:func:`memq.formats.times.time_to_ms`), else a usage error; before 1970 too."""
+    from memq.formats.times import time_to_ms
 
-    t = text.strip()
-    if t.lstrip("-").isdigit():
-        ms = int(t)
-        if ms > 0 and len(t) < 12:
-            raise typer.BadParameter(
-                f"{text!r} is ambiguous: give epoch milliseconds (13 digits) or ISO-8601 "
-                "(e.g. 2026-11-22T05:00:00Z)"
-            )
-    else:
-        try:
-            ms = iso_to_ms(t)
-        except ValueError:
-            raise typer.BadParameter(
-                f"{text!r} is not ISO-8601 (e.g. 2026-11-22T05:00:00Z) or epoch ms"
-            ) from None
+    try:
+        ms = time_to_ms(text)
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from None
     if ms < 0:
         raise typer.BadParameter(f"{text!r} is before 1970 (epoch ms must be 0 or more)")
     return ms

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import typer
 
 from memq.audit.figures import percentile
 from memq.audit.store import AuditStore, Ingest
@@ -558,3 +559,25 @@ def test_iso_times_all_readers_share() -> None:
     assert ms_to_iso(1763787600000) == "2025-11-22T05:00:00.000Z"
     assert ms_to_iso(2**63 - 1) == "9223372036854775807"
     assert ms_to_iso(-(2**63)) == "-9223372036854775808"
+
+
+def test_epoch_digits_rule_is_shared() -> None:
+    """Epoch milliseconds, or ISO text; a short positive number is refused by every reader
+    (CLI, audit window, Spark options) with the same words: as ms it would be 1970."""
+    from memq.cli.options import parse_time
+    from memq.formats.times import time_to_ms
+    from memq.spark.options import parse_time_ms
+
+    assert time_to_ms("1763787600000") == 1763787600000 == time_to_ms("2025-11-22T05:00:00Z")
+    assert time_to_ms("0") == 0 and time_to_ms("-5") == -5 and time_to_ms("100000000000") > 0
+    for short in ("1", "20251122", "1795576922"):
+        with pytest.raises(ValueError, match="is ambiguous: give epoch milliseconds"):
+            time_to_ms(short)
+        with pytest.raises(typer.BadParameter, match="is ambiguous"):
+            parse_time(short)
+        with pytest.raises(ConfigError, match="is ambiguous"):
+            parse_time_ms("start_time", short)
+        with pytest.raises(ConfigError, match=r"is ambiguous.*or a duration with its unit"):
+            parse_since(short, T0)
+    with pytest.raises(ValueError, match="not ISO-8601"):
+        time_to_ms("--5")

@@ -48,6 +48,7 @@ def test_options_defaults_and_required() -> None:
         ({"on_corrupt": "ignore"}, "on_corrupt"),
         ({"hash_prefix": "maybe"}, "hash_prefix"),
         ({"start_time": "yesterday"}, "start_time"),
+        ({"start_time": "20251122"}, "start_time: '20251122' is ambiguous"),
         ({"start_time": "2025-11-22T06:00:00Z", "end_time": "2025-11-22T05:00:00Z"}, "after"),
         ({"list_page_size": "5000"}, "list_page_size"),
         ({"read_concurrency": "x"}, "integer"),
@@ -73,9 +74,9 @@ def test_times_accept_iso_and_epoch_ms() -> None:
     assert parse_time_ms("t", "2025-11-22T06:40:00+01:00") == ms
     assert parse_time_ms("t", "2025-11-22") == ms - (5 * 60 + 40) * 60_000
     o = parse_options(
-        {**BASE, "start_time": "1000000", "end_time": "2000000", "time_slack_ms": "5"}
+        {**BASE, "start_time": str(ms), "end_time": str(ms + 1000), "time_slack_ms": "5"}
     )
-    assert o.seal_window == (999_995, 2_000_005)
+    assert o.seal_window == (ms - 5, ms + 1005)
 
 
 # --- planning ----------------------------------------------------------------------------
@@ -350,7 +351,7 @@ def test_streaming_rejects_end_time() -> None:
     from memq.spark.streaming import MemqStreamReader
 
     with pytest.raises(ConfigError, match="end_time"):
-        MemqStreamReader(parse_options({**BASE, "end_time": "1000"}), None, 1)
+        MemqStreamReader(parse_options({**BASE, "end_time": "1763790000000"}), None, 1)
 
 
 def test_counts_merge_and_subtract() -> None:
