@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from memq.cli.options import STATE_DIR, http_url, time_option
+from memq.cli.options import STATE_DIR, http_url, time_option, usage_error
 from memq.errors import ConfigError, MemqError
 
 if TYPE_CHECKING:
@@ -150,10 +150,8 @@ def backfill(
         raise typer.BadParameter(f"--format {fmt!r}: use parquet or json")
     if on_corrupt not in ("fail", "skip"):
         raise typer.BadParameter(f"--on-corrupt {on_corrupt!r}: use fail or skip")
-    try:
+    with usage_error(BackfillError):
         check_codec(fmt, compression)
-    except BackfillError as e:
-        raise typer.BadParameter(str(e)) from None
     extra: dict[str, str] = {}
     for item in conf:
         k, sep, v = item.partition("=")

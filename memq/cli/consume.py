@@ -23,6 +23,7 @@ from memq.cli.options import (
     positive,
     time_option,
     topic_name,
+    usage_error,
 )
 from memq.cli.produce import env_security, field_format, pairs, separator, usage_config
 from memq.errors import MemqError
@@ -46,10 +47,8 @@ def _message_id(value: str | None) -> str | None:
     if value is not None:
         from memq.consumer.message import MessageId
 
-        try:
+        with usage_error(MemqError):
             MessageId.parse(value)
-        except MemqError as e:
-            raise typer.BadParameter(str(e)) from None
     return value
 
 

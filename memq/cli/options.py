@@ -3,6 +3,9 @@ one-line usage error (exit 2) before anything runs."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import typer
 
 __all__ = [
@@ -14,6 +17,7 @@ __all__ = [
     "non_empty",
     "positive",
     "topic_name",
+    "usage_error",
 ]
 
 STATE_DIR = typer.Option(
@@ -22,6 +26,16 @@ STATE_DIR = typer.Option(
     envvar="MEMQ_STATE_DIR",
     help="Where the local stack keeps its state, pids and logs (default: .memq).",
 )
+
+
+@contextmanager
+def usage_error(*kinds: type[Exception]) -> Iterator[None]:
+    """A validator's own error (its message says what to do) -> a one-line usage error."""
+    try:
+        yield
+    except kinds as e:
+        raise typer.BadParameter(str(e)) from None
+
 
 #: Kafka's spellings of acks (what ``--acks`` accepts).
 ACKS = ("0", "1", "all", "-1")
@@ -32,10 +46,8 @@ def topic_name(value: str) -> str:
     from memq.errors import MalformedError
     from memq.formats.keys import validate_name
 
-    try:
+    with usage_error(MalformedError):
         return validate_name("topic", value)
-    except MalformedError as e:
-        raise typer.BadParameter(str(e)) from None
 
 
 def acks_value(value: str) -> str:
@@ -50,10 +62,8 @@ def compression_value(value: str) -> str:
     from memq.errors import MemqError
     from memq.formats.compression import parse_compression
 
-    try:
+    with usage_error(MemqError):
         parse_compression(value)
-    except MemqError as e:
-        raise typer.BadParameter(str(e)) from None
     return value
 
 
@@ -82,10 +92,8 @@ def parse_time(text: str) -> int:
     (:func:`memq.formats.times.time_to_ms`), else a usage error; before 1970 too."""
     from memq.formats.times import time_to_ms
 
-    try:
+    with usage_error(ValueError):
         ms = time_to_ms(text)
-    except ValueError as e:
-        raise typer.BadParameter(str(e)) from None
     if ms < 0:
         raise typer.BadParameter(f"{text!r} is before 1970 (epoch ms must be 0 or more)")
     return ms
@@ -106,10 +114,8 @@ def since_window(value: str) -> str:
     from memq.audit.window import parse_since
     from memq.errors import ConfigError
 
-    try:
+    with usage_error(ConfigError):
         parse_since(value, int(time.time() * 1000))
-    except ConfigError as e:
-        raise typer.BadParameter(str(e)) from None
     return value
 
 
@@ -119,10 +125,8 @@ def grace_period(value: str | None) -> str | None:
     from memq.errors import ConfigError
 
     if value is not None:
-        try:
+        with usage_error(ConfigError):
             parse_duration_s(value)
-        except ConfigError as e:
-            raise typer.BadParameter(str(e)) from None
     return value
 
 
