@@ -56,7 +56,7 @@ import benchlib
 import report
 from benchlib import eprint, spread
 
-SECTIONS = ("formats", "ingest", "latency", "consume", "backfill", "scaling")
+from memq.cli.bench import SECTIONS  # (one list: `memq bench --only` checks it too)
 
 
 def _spread_of(

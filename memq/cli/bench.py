@@ -11,7 +11,10 @@ import typer
 import memq
 from memq.errors import ConfigError
 
-__all__ = ["bench", "suite_script"]
+__all__ = ["SECTIONS", "bench", "suite_script"]
+
+#: The suite's sections, in the order they run (``benchmarks/suite.py`` uses this list).
+SECTIONS = ("formats", "ingest", "latency", "consume", "backfill", "scaling")
 
 
 def suite_script() -> Path:
@@ -36,7 +39,7 @@ def bench(
         Path("benchmarks/results"), "--out", "-o", help="Directory for suite.json, report.md, PNGs."
     ),
     only: str = typer.Option(
-        "formats,ingest,latency,consume,backfill,scaling",
+        ",".join(SECTIONS),
         "--only",
         help="Comma-separated sections to run.",
     ),
@@ -51,10 +54,9 @@ def bench(
     repetitions, each throughput beside its same-run baseline, PNG plots and the cost
     model. Servers named by MEMQ_S3_ENDPOINT / MEMQ_KAFKA_BOOTSTRAP / MEMQ_ZK_CONNECT are
     used instead of starting them."""
-    sections = ("formats", "ingest", "latency", "consume", "backfill", "scaling")
     names = [n.strip() for n in only.split(",") if n.strip()]
-    if not names or any(n not in sections for n in names):
-        raise typer.BadParameter(f"--only {only!r}: name sections of {', '.join(sections)}")
+    if not names or any(n not in SECTIONS for n in names):
+        raise typer.BadParameter(f"--only {only!r}: name sections of {', '.join(SECTIONS)}")
     try:  # (before minutes of setup, not after)
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
