@@ -95,38 +95,49 @@ def classify_s3_error(exc: BaseException, what: str) -> MemqError:
 
 
 def make_client(cfg: S3Config) -> Any:
+    """A boto3 S3 client for ``cfg``; ConfigError (one line) for a profile or region
+    boto3 refuses."""
     import boto3
     from botocore.config import Config
+    from botocore.exceptions import InvalidRegionError, ProfileNotFound
 
-    session = boto3.session.Session(profile_name=cfg.profile)
     keys: dict[str, str] = {}
     if cfg.access_key_id and cfg.secret_access_key is not None:
         keys = {
             "aws_access_key_id": cfg.access_key_id,
             "aws_secret_access_key": cfg.secret_access_key.get_secret_value(),
         }
-    client = session.client(
-        "s3",
-        endpoint_url=cfg.endpoint_url,
-        region_name=cfg.region,
-        **keys,
-        config=Config(
-            connect_timeout=cfg.connect_timeout_ms / 1000,
-            read_timeout=cfg.read_timeout_ms / 1000,
-            retries={"max_attempts": 0},  # our own policy retries, with metrics
-            max_pool_connections=cfg.max_connections,
-            request_checksum_calculation="when_required",
-            response_checksum_validation="when_required",
-            s3={
-                **({"addressing_style": "path"} if cfg.endpoint_url else {}),
-                # With the CRC-32 header (verified by S3, covered by the signature) the
-                # body need not also be SHA-256 hashed for SigV4 (a second full pass,
-                # ~2 CPU-s per GiB): it goes as UNSIGNED-PAYLOAD.
-                "payload_signing_enabled": cfg.sign_payload or not cfg.upload_checksum,
-            },
-        ),
+    config = Config(
+        connect_timeout=cfg.connect_timeout_ms / 1000,
+        read_timeout=cfg.read_timeout_ms / 1000,
+        retries={"max_attempts": 0},  # our own policy retries, with metrics
+        max_pool_connections=cfg.max_connections,
+        request_checksum_calculation="when_required",
+        response_checksum_validation="when_required",
+        s3={
+            **({"addressing_style": "path"} if cfg.endpoint_url else {}),
+            # With the CRC-32 header (verified by S3, covered by the signature) the
+            # body need not also be SHA-256 hashed for SigV4 (a second full pass,
+            # ~2 CPU-s per GiB): it goes as UNSIGNED-PAYLOAD.
+            "payload_signing_enabled": cfg.sign_payload or not cfg.upload_checksum,
+        },
     )
-    return client
+    try:
+        session = boto3.session.Session(profile_name=cfg.profile)
+        return session.client(
+            "s3", endpoint_url=cfg.endpoint_url, region_name=cfg.region, **keys, config=config
+        )
+    except ProfileNotFound:
+        raise ConfigError(
+            f"S3 profile {cfg.profile!r} is not in the AWS config files (~/.aws/config, "
+            "AWS_CONFIG_FILE, AWS_SHARED_CREDENTIALS_FILE): name one there, or leave the "
+            "profile out for boto3's default chain"
+        ) from None
+    except InvalidRegionError:
+        raise ConfigError(
+            f"S3 region {cfg.region!r} is not a region name: use e.g. us-east-1, or leave "
+            "it out for boto3's default chain"
+        ) from None
 
 
 class _S3Base:

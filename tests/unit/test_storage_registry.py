@@ -72,3 +72,19 @@ def test_boto3_loads_only_when_an_s3_client_is_used() -> None:
         "assert 'boto3' not in sys.modules and 'botocore' not in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_profile_or_region_boto3_refuses_is_a_one_line_config_error(
+    tmp_path, monkeypatch
+) -> None:
+    """(botocore's ProfileNotFound / InvalidRegionError reached Spark jobs and brokers.)"""
+    from memq.config import S3Config
+    from memq.storage_handlers.s3 import make_client
+
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
+    with pytest.raises(ConfigError, match="S3 profile 'nope' is not in the AWS config files"):
+        make_client(S3Config(bucket="bkt", profile="nope"))
+    with pytest.raises(ConfigError, match="S3 region 'not a region!' is not a region name"):
+        make_client(S3Config(bucket="bkt", region="not a region!"))
+    assert make_client(S3Config(bucket="bkt", region="eu-west-1")).meta.region_name == "eu-west-1"
