@@ -234,6 +234,13 @@ class Producer(BlockFilling):
             )
         # (the common record, no key and no headers, sized without a call)
         size = len(v) + RECORD_OVERHEAD if k is None and h is None else record_size(k, v, h)
+        blocks: dict[str, OpenBlock] | None = getattr(self._local, "blocks", None)
+        if k is None and blocks is not None and (acc := blocks.get(topic)) is not None:
+            # The fast path: the record fits this thread's open block of the topic, so it
+            # fits the topic's block limit too (a block's capacity is within it).
+            fut = acc.try_add(ts, k, v, h, size, on_delivery)
+            if fut is not None:
+                return fut
         limit = self._limits.get(topic) or self._block_limit(topic)
         if size + BLOCK_HEADER_SIZE > limit:
             raise MessageTooLargeError(
@@ -242,7 +249,6 @@ class Producer(BlockFilling):
             )
         if k is not None:
             return self._produce_keyed(topic, ts, k, v, h, size, limit, on_delivery)
-        blocks: dict[str, OpenBlock] | None = getattr(self._local, "blocks", None)
         if blocks is None:
             blocks = self._local.blocks = {}
         while True:
