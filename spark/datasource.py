@@ -10,8 +10,11 @@
 
 No broker and no Kafka are involved: the driver lists the topic's prefixes (pruned by
 the seal-time ``dt=/hh=`` path), groups the objects into partitions by bytes, and each
-task GETs and decodes its objects into Arrow batches. Options, schema and semantics:
-``docs/spark.md``.
+task GETs and decodes its objects into Arrow batches. With the session's
+``spark.sql.python.filterPushdown.enabled`` set before :func:`register`, a ``WHERE`` on
+``timestamp`` is pushed down exactly (:class:`MemqPushdownReader`: each task reads an
+object's header first and GETs only the blocks in the window). Options, schema and
+semantics: ``docs/spark.md``.
 
 Before the SparkSession starts, set ``PYSPARK_PYTHON`` to an interpreter that has this
 package installed (``sys.executable`` in tests) and put AWS credentials where boto3's
@@ -23,8 +26,9 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
-from collections.abc import Iterator, Sequence
-from typing import Any, ClassVar
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pyspark.accumulators import Accumulator
 from pyspark.sql import SparkSession
@@ -41,10 +45,21 @@ from memq.spark.decode import SCHEMA, SCHEMA_DDL
 from memq.spark.listing import list_objects
 from memq.spark.options import ScanOptions, parse_options
 from memq.spark.planning import ScanPartition, pack_partitions
+from memq.spark.pushdown import FILTER_PUSHDOWN_CONF, time_window
 from memq.spark.reading import read_objects
 from memq.spark.stats import Counter, CountsParam, ScanStats
 
-__all__ = ["MemqBatchReader", "MemqDataSource", "MemqSource", "plan_scan", "register"]
+if TYPE_CHECKING:  # (Spark 4.1+; the source itself runs on 4.0, without pushdown)
+    from pyspark.sql.datasource import Filter
+
+__all__ = [
+    "MemqBatchReader",
+    "MemqDataSource",
+    "MemqPushdownReader",
+    "MemqSource",
+    "plan_scan",
+    "register",
+]
 
 log = logging.getLogger(__name__)
 
@@ -87,8 +102,11 @@ class MemqBatchReader(DataSourceReader):
         self.opts = opts
         self.stats = stats
         self.cores = cores
+        self.empty = False
 
     def partitions(self) -> Sequence[InputPartition]:
+        if self.empty:  # (pushed filters that no record can pass: nothing to list)
+            return []
         counter = Counter()
         try:
             return plan_scan(self.opts, self.cores, counter)
@@ -98,13 +116,24 @@ class MemqBatchReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[Any]:
         if not isinstance(partition, ScanPartition):  # Spark's placeholder for "no partitions"
             return iter(())
+        start_ms, end_ms = self.opts.record_window
         return read_objects(
-            partition.objects,
-            self.opts,
-            self.stats,
-            start_ms=self.opts.start_ms,
-            end_ms=self.opts.end_ms,
+            partition.objects, self.opts, self.stats, start_ms=start_ms, end_ms=end_ms
         )
+
+
+class MemqPushdownReader(MemqBatchReader):
+    """A batch reader that takes Spark's filters on ``timestamp`` as its time window
+    (``memq.spark.pushdown``); used when the session enables Python filter pushdown."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:  # noqa: N802
+        window = time_window(filters, *self.opts.record_window)
+        self.empty = window.empty
+        if (window.start_ms, window.end_ms) != self.opts.record_window:
+            self.opts = replace(
+                self.opts, filter_start_ms=window.start_ms, filter_end_ms=window.end_ms
+            )
+        return filters  # Spark still checks every filter: the window is only narrower
 
 
 class MemqDataSource(DataSource):
@@ -116,6 +145,9 @@ class MemqDataSource(DataSource):
 
     _stats: ClassVar[Accumulator[dict[str, int]] | None] = None
     _cores: ClassVar[int] = 0
+    #: Whether Spark calls ``pushFilters`` (its ``FILTER_PUSHDOWN_CONF`` when registered):
+    #: a reader that implements it is refused by a session that does not enable it.
+    _pushdown: ClassVar[bool] = False
 
     @classmethod
     def name(cls) -> str:
@@ -126,7 +158,8 @@ class MemqDataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         _check_schema(schema)
-        return MemqBatchReader(parse_options(self.options), type(self)._stats, type(self)._cores)
+        cls = MemqPushdownReader if type(self)._pushdown else MemqBatchReader
+        return cls(parse_options(self.options), type(self)._stats, type(self)._cores)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802
         from memq.spark.streaming import MemqStreamReader
@@ -153,6 +186,10 @@ _sources: weakref.WeakKeyDictionary[Any, MemqSource] = weakref.WeakKeyDictionary
 
 def register(session: SparkSession) -> MemqSource:
     """Register the ``memq`` format with ``session``; returns its scan counters.
+
+    Filters on ``timestamp`` are pushed down when the session's
+    ``spark.sql.python.filterPushdown.enabled`` is true at this call (Spark refuses a
+    reader that takes filters when it is off): call again after changing it.
 
     Idempotent: sessions of one SparkContext share one set of counters. Needs a classic
     (not Spark Connect) session, whose SparkContext holds the counters; on Spark Connect
@@ -182,5 +219,8 @@ def register(session: SparkSession) -> MemqSource:
                 },
             )
             source = _sources[sc] = MemqSource(acc, cls)
-    session.dataSource.register(source.data_source)
+        # (registering pickles the class: the setting as of this call goes with it)
+        conf = session.conf.get(FILTER_PUSHDOWN_CONF, "false")
+        source.data_source._pushdown = str(conf).strip().lower() == "true"
+        session.dataSource.register(source.data_source)
     return source

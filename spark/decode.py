@@ -33,7 +33,7 @@ are unchanged; larger ones read as negative and ``x & 0xFFFFFFFFFFFFFFFF`` (Pyth
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from itertools import chain
 from typing import Any, NamedTuple
 
@@ -52,7 +52,12 @@ from pyspark.sql.types import (
 )
 
 from memq.errors import MalformedError
-from memq.formats.batch import decode_batch_header, iter_batch_blocks
+from memq.formats.batch import (
+    BatchHeader,
+    decode_batch_header,
+    iter_batch_blocks,
+    verify_batch_block,
+)
 from memq.formats.block import BlockHeader, Header, decode_columns
 from memq.formats.gcpause import gc_paused
 
@@ -131,8 +136,14 @@ def decode_object(
     start_ms: int | None = None,
     end_ms: int | None = None,
     seen: set[BlockId] | None = None,
+    header: BatchHeader | None = None,
+    base: int = 0,
 ) -> tuple[Any, DecodeCounts]:
     """Decode a whole batch object into a RecordBatch of :data:`ARROW_SCHEMA`.
+
+    With the object's ``header`` (already read and verified), ``data`` may be a part of
+    it: its bytes from offset ``base`` on; the blocks that lie wholly in that part are
+    decoded and the others counted as pruned.
 
     Only records with ``start_ms <= timestamp < end_ms`` are kept (None: unbounded).
     With ``seen`` (block ids already read), blocks whose id is in it or repeats in this
@@ -143,8 +154,9 @@ def decode_object(
     """
     with gc_paused():
         batch, counts, ids = _decode_object(
-            data, topic=topic, key=key, start_ms=start_ms, end_ms=end_ms, seen=seen
-        )
+            data, topic=topic, key=key, start_ms=start_ms, end_ms=end_ms, seen=seen,
+            header=header, base=base,
+        )  # fmt: skip
     if seen is not None:
         seen.update(ids)
     return batch, counts
@@ -158,15 +170,24 @@ def _decode_object(
     start_ms: int | None,
     end_ms: int | None,
     seen: set[BlockId] | None,
+    header: BatchHeader | None,
+    base: int,
 ) -> tuple[Any, DecodeCounts, set[BlockId]]:
-    header = decode_batch_header(data)
     lo = start_ms if start_ms is not None else -(1 << 63)
     hi = end_ms if end_ms is not None else (1 << 63) - 1
     counts = DecodeCounts()
     blocks: list[_Block] = []
     needs_filter = False
     ids: set[BlockId] = set()  # the blocks read here (joins ``seen`` on success only)
-    for i, (bh, block) in enumerate(iter_batch_blocks(data, header)):
+    read: Iterator[tuple[int, tuple[BlockHeader, memoryview]]]
+    if header is None:
+        header = decode_batch_header(data)
+        read = enumerate(iter_batch_blocks(data, header))
+    else:
+        read = _blocks_in(data, header, base)
+    counts.blocks_pruned = header.block_count
+    for i, (bh, block) in read:
+        counts.blocks_pruned -= 1
         if bh.max_timestamp < lo or bh.min_timestamp >= hi:
             counts.blocks_pruned += 1
             continue
@@ -192,6 +213,18 @@ def _decode_object(
             return None, counts, ids
     counts.records = batch.num_rows
     return batch, counts, ids
+
+
+def _blocks_in(
+    data: bytes | bytearray | memoryview, header: BatchHeader, base: int
+) -> Iterator[tuple[int, tuple[BlockHeader, memoryview]]]:
+    """The blocks of ``header`` that lie wholly in ``data`` (the object's bytes from
+    ``base`` on), each verified against the index, with their indexes."""
+    view, end = memoryview(data), base + len(data)
+    for i, e in enumerate(header.entries):
+        if base <= e.offset and e.offset + e.length <= end:
+            block = view[e.offset - base : e.offset - base + e.length]
+            yield i, (verify_batch_block(block, e, index=i), block)
 
 
 class _Block(NamedTuple):

@@ -65,7 +65,7 @@ def parse_time_ms(name: str, value: str) -> int:
         ms = time_to_ms(value)
     except ValueError as e:
         raise ConfigError(f"option {name}: {e}") from None
-    if not _EARLIEST_MS <= ms <= _LATEST_MS:  # (the listing's hour prefixes need a date)
+    if not EARLIEST_MS <= ms <= LATEST_MS:  # (the listing's hour prefixes need a date)
         raise ConfigError(
             f"option {name}={value!r} is out of range: give a time from 0001-01-09 to "
             "9999-12-23 (leave the option out for no bound)"
@@ -75,8 +75,8 @@ def parse_time_ms(name: str, value: str) -> int:
 
 #: The times a bound may take: a listing widens it by time_slack_ms (at most 7 days) and
 #: names its hours, which must be dates (a far-future bound was a traceback).
-_EARLIEST_MS = iso_to_ms("0001-01-09")
-_LATEST_MS = iso_to_ms("9999-12-23")
+EARLIEST_MS = iso_to_ms("0001-01-09")
+LATEST_MS = iso_to_ms("9999-12-23")
 
 
 def _int(opts: Mapping[str, str], name: str, default: int, lo: int, hi: int) -> int:
@@ -129,6 +129,25 @@ class ScanOptions:
     settle_ms: int = 120_000
     starting_position: StartingPosition = "earliest"
     max_objects_per_trigger: int | None = None
+    #: Spark's pushed filters on ``timestamp`` (``memq.spark.pushdown``): exact bounds of
+    #: the records kept. Unlike start_ms/end_ms they do not narrow the listing (a record
+    #: may lie any time before or after its batch's seal time); they let a task read an
+    #: object's header first and GET only the blocks that overlap them.
+    filter_start_ms: int | None = None
+    filter_end_ms: int | None = None
+
+    @property
+    def record_window(self) -> tuple[int | None, int | None]:
+        """The records kept: ``start <= timestamp < end`` (None: unbounded), the options'
+        bounds narrowed by the pushed filters'."""
+        lo = max((b for b in (self.start_ms, self.filter_start_ms) if b is not None), default=None)
+        hi = min((b for b in (self.end_ms, self.filter_end_ms) if b is not None), default=None)
+        return lo, hi
+
+    @property
+    def filtered(self) -> bool:
+        """Whether pushed filters bound the records (tasks read headers first)."""
+        return self.filter_start_ms is not None or self.filter_end_ms is not None
 
     @property
     def seal_window(self) -> tuple[int | None, int | None]:

@@ -24,9 +24,10 @@ import threading
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import Any, NamedTuple
 
-from memq.errors import MemqFormatError, ObjectNotFoundError
+from memq.errors import MemqFormatError, ObjectNotFoundError, TruncatedError
+from memq.formats.batch import BatchHeader, batch_header_length, decode_batch_header
 from memq.spark.decode import BlockId, decode_object
 from memq.spark.errors import MissingObjectError, corrupt_object
 from memq.spark.listing import ObjectRef
@@ -34,7 +35,7 @@ from memq.spark.options import ScanOptions
 from memq.spark.s3io import client_for, with_retries
 from memq.spark.stats import Counter
 
-__all__ = ["fetch_object", "read_objects"]
+__all__ = ["Fetched", "fetch", "fetch_object", "read_objects"]
 
 log = logging.getLogger(__name__)
 
@@ -54,15 +55,67 @@ def _pool(size: int) -> ThreadPoolExecutor:
     return pool
 
 
-def fetch_object(opts: ScanOptions, key: str) -> bytes:
-    """The whole object (one GET, retried by the storage policy)."""
+def fetch_object(opts: ScanOptions, key: str, start: int = 0, end: int | None = None) -> bytes:
+    """The object, or its bytes ``[start, end)`` (one GET, retried by the storage policy)."""
     client = client_for(opts, max(opts.read_concurrency, 4))
+    kw = {} if start == 0 and end is None else {"Range": f"bytes={start}-{_last(end)}"}
 
     def get() -> bytes:
-        body: bytes = client.get_object(Bucket=opts.bucket, Key=key)["Body"].read()
+        body: bytes = client.get_object(Bucket=opts.bucket, Key=key, **kw)["Body"].read()
         return body
 
     return with_retries(opts, get, f"GET s3://{opts.bucket}/{key}")
+
+
+def _last(end: int | None) -> str:
+    return "" if end is None else str(end - 1)
+
+
+#: The first GET of a header-first read: the header of up to ~1,800 blocks.
+HEADER_READ = 64 * 1024
+
+
+class Fetched(NamedTuple):
+    """What a task fetched of one object: its bytes from ``base`` on (all of them, or
+    the blocks a pushed time window needs, then with the object's ``header``)."""
+
+    data: bytes
+    base: int = 0
+    header: BatchHeader | None = None
+    #: Bytes read, the header's included.
+    nbytes: int = 0
+
+
+def fetch(opts: ScanOptions, key: str) -> Fetched:
+    """One object for a task: whole, or, when pushed filters bound the records
+    (``opts.filtered``), its header first and then only the run of blocks from the
+    first to the last whose index entry overlaps the window (none: no second GET)."""
+    if not opts.filtered:
+        data = fetch_object(opts, key)
+        return Fetched(data, nbytes=len(data))
+    lo, hi = opts.record_window
+    head = fetch_object(opts, key, 0, HEADER_READ)
+    hlen = batch_header_length(head)
+    if len(head) < hlen:
+        head += fetch_object(opts, key, len(head), hlen)
+    header = decode_batch_header(head)
+    wanted = [
+        e
+        for e in header.entries
+        if (lo is None or e.max_timestamp >= lo) and (hi is None or e.min_timestamp < hi)
+    ]
+    if not wanted:
+        return Fetched(b"", header.object_size, header, len(head))
+    base, end = wanted[0].offset, wanted[-1].offset + wanted[-1].length
+    if end <= len(head):  # (a small object: the first GET had it all)
+        return Fetched(head[base:end], base, header, len(head))
+    data = fetch_object(opts, key, base, end)
+    if len(data) != end - base:  # (blocks past a short read must not pass as pruned)
+        raise TruncatedError(
+            f"bytes {base}-{end - 1} of the object came back as {len(data)} bytes: its "
+            f"header says it holds {header.object_size}"
+        )
+    return Fetched(data, base, header, len(head) + len(data))
 
 
 def read_objects(
@@ -81,7 +134,7 @@ def read_objects(
     counter = Counter()
     seen: set[BlockId] | None = set() if opts.dedup else None  # block ids this call read
     pool = _pool(opts.read_concurrency)
-    pending: deque[tuple[ObjectRef, Future[bytes]]] = deque()
+    pending: deque[tuple[ObjectRef, Future[Fetched]]] = deque()
     todo = iter(objects)
 
     def refill() -> None:
@@ -89,7 +142,7 @@ def read_objects(
             ref = next(todo, None)
             if ref is None:
                 return
-            pending.append((ref, pool.submit(fetch_object, opts, ref.key)))
+            pending.append((ref, pool.submit(fetch, opts, ref.key)))
 
     try:
         refill()
@@ -97,35 +150,36 @@ def read_objects(
             ref, fut = pending.popleft()
             refill()
             try:
-                data = fut.result()
-            except ObjectNotFoundError as e:
-                if opts.on_corrupt == "fail":
-                    raise MissingObjectError(opts.bucket, ref.key, e) from e
-                log.warning("skipping missing object s3://%s/%s: %s", opts.bucket, ref.key, e)
-                counter.add({"missing_skipped": 1})
-                continue
-            try:
+                try:
+                    got = fut.result()
+                except ObjectNotFoundError as e:
+                    if opts.on_corrupt == "fail":
+                        raise MissingObjectError(opts.bucket, ref.key, e) from e
+                    log.warning("skipping missing object s3://%s/%s: %s", opts.bucket, ref.key, e)
+                    counter.add({"missing_skipped": 1})
+                    continue
                 batch, counts = decode_object(
-                    data, topic=opts.topic, key=ref.key, start_ms=start_ms, end_ms=end_ms,
-                    seen=seen,
+                    got.data, topic=opts.topic, key=ref.key, start_ms=start_ms, end_ms=end_ms,
+                    seen=seen, header=got.header, base=got.base,
                 )  # fmt: skip
-            except MemqFormatError as e:
+            except MemqFormatError as e:  # (the object's bytes, or its header read first)
                 if opts.on_corrupt == "fail":
                     raise corrupt_object(opts.bucket, ref.key, e) from e
                 log.warning("skipping corrupt object s3://%s/%s: %s", opts.bucket, ref.key, e)
                 counter.add({"corrupt_skipped": 1})
                 continue
+            read = got.header is None or len(got.data) > 0  # (else: its header only)
             counter.add(
                 {
-                    "objects_read": 1,
-                    "bytes_read": len(data),
+                    "objects_read" if read else "objects_pruned": 1,
+                    "bytes_read": got.nbytes,
                     "blocks_read": counts.blocks_read,
                     "blocks_pruned": counts.blocks_pruned,
                     "records_read": counts.records,
                     "duplicate_blocks_dropped": counts.duplicate_blocks,
                 }
             )
-            del data
+            del got
             if batch is not None:
                 yield batch
     finally:

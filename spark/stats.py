@@ -38,6 +38,7 @@ class ScanStats:
     bytes_read: int = 0
     blocks_read: int = 0
     blocks_pruned: int = 0  # blocks skipped by the time range without decoding
+    objects_pruned: int = 0  # objects whose header showed no block in the pushed filters' window
     records_read: int = 0  # rows emitted (after the time filter and dedup)
     duplicate_blocks_dropped: int = 0  # dedup=true: block copies a task had already read
     corrupt_skipped: int = 0  # objects skipped by on_corrupt=skip (bad bytes)

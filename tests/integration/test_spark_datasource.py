@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import random
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -252,3 +254,86 @@ def test_dedup_drops_repeated_blocks_per_task_and_the_helper_over_the_scan(
     # Columns it needs must be there.
     with pytest.raises(ConfigError, match="record_index"):
         drop_duplicate_blocks(_load(spark_session, w.options()).select("topic", "value"))
+
+
+def test_where_on_timestamp_is_pushed_down_when_the_session_allows_it(
+    spark_session: Any,
+    memq_source: Any,
+    memq_stack: StackState,
+    s3_bucket: str,
+    unique_name: Callable[[str], str],
+) -> None:
+    from pyspark.sql import functions as F  # noqa: N812
+
+    from memq.spark import register
+    from memq.spark.pushdown import FILTER_PUSHDOWN_CONF
+
+    w = _writer(memq_stack, s3_bucket, unique_name("t"))
+    rng = random.Random(3)
+
+    def block(n: int, ts0: int, spread_ms: int) -> list[Any]:  # ~1.5 KB incompressible each
+        return [(ts0 + rng.randrange(spread_ms), None, rng.randbytes(1500), None) for _ in range(n)]
+
+    for h in range(6):  # 4 blocks of 5 minutes each, 10-30 minutes past the hour
+        created = T0 + h * HOUR_MS + 30 * 60_000
+        w.write(created, [block(30, created - (4 - j) * 5 * 60_000, 5 * 60_000) for j in range(4)])
+    # A record whose batch was sealed hours after its timestamp (a client's event time):
+    # a filter finds it where the start_time/end_time options (listing +-slack) do not.
+    lo_us = (T0 + 2 * HOUR_MS + 15 * 60_000) * 1000 + 500  # (between two milliseconds)
+    hi_us = (T0 + 3 * HOUR_MS + 17 * 60_000) * 1000
+    late = block(1, lo_us // 1000 + 1, 1)
+    w.write(T0 + 5 * HOUR_MS + 50 * 60_000, [late, block(10, T0 + 5 * HOUR_MS, 60_000)])
+
+    def at(us: int) -> Any:  # a timestamp literal
+        return F.lit(dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=us))
+
+    def where(df: Any) -> Any:
+        return df.where((F.col("timestamp") > at(lo_us)) & (F.col("timestamp") <= at(hi_us)))
+
+    want = Counter(r for r in w.rows if lo_us < r[0] * 1000 <= hi_us)
+    assert 30 < sum(want.values()) < len(w.rows) // 4
+    assert (lo_us // 1000 + 1, None, late[0][2], None, 42, 1, 0) in want
+
+    def read(**extra: str) -> tuple[list[Any], ScanStats]:
+        before = memq_source.stats()
+        rows = spark_rows(where(_load(spark_session, w.options(**extra))))
+        return rows, memq_source.stats() - before
+
+    # Off (Spark's default): the same rows, every object read whole.
+    rows, off = read()
+    assert Counter(rows) == want
+    assert (off.objects_read, off.objects_pruned, off.blocks_pruned) == (7, 0, 0)
+    spark_session.conf.set(FILTER_PUSHDOWN_CONF, "true")
+    try:
+        register(spark_session)
+        rows, on = read()
+        assert Counter(rows) == want
+        # Every object is listed; those whose index shows no block in the window cost
+        # their header only, the others a GET of the blocks that overlap it.
+        assert on.objects_planned == 7
+        assert (on.objects_read, on.objects_pruned) == (3, 4)
+        assert on.records_read == sum(want.values())  # dropped in the source, not by Spark
+        assert (on.blocks_read, on.blocks_pruned) == (3 + 2 + 1, 6 * 4 + 2 - 6)
+        assert on.bytes_read < off.bytes_read
+        # A SQL string compared with the column, as in docs/spark.md (session zone UTC).
+        before = memq_source.stats()
+        sql = _load(spark_session, w.options()).where(
+            "timestamp >= '2025-11-22 04:15:00' AND timestamp < '2025-11-22 05:17:00'"
+        )
+        lo_ms, hi_ms = T0 + 2 * HOUR_MS + 15 * 60_000, T0 + 3 * HOUR_MS + 17 * 60_000
+        assert Counter(spark_rows(sql)) == Counter(r for r in w.rows if lo_ms <= r[0] < hi_ms)
+        assert (memq_source.stats() - before).objects_pruned == 4
+        # The options still narrow the listing (and the filters the records).
+        rows, both = read(start_time=str(T0 + 2 * HOUR_MS), time_slack_ms="0")
+        assert Counter(rows) == Counter(r for r in want if r[0] >= T0 + 2 * HOUR_MS)
+        assert both.objects_planned == 5  # sealed at or after 2:00 (the late one too)
+        # No record can pass: nothing is listed, nothing is read.
+        before = memq_source.stats()
+        empty = _load(spark_session, w.options()).where(F.col("timestamp") == at(lo_us))
+        assert empty.count() == 0
+        assert (memq_source.stats() - before).list_requests == 0
+    finally:
+        spark_session.conf.set(FILTER_PUSHDOWN_CONF, "false")
+        register(spark_session)
+    rows, again = read()  # registered again with the setting off: no pushdown, no error
+    assert Counter(rows) == want and again.objects_read == 7

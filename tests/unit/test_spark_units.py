@@ -6,6 +6,7 @@ import pytest
 
 from memq.errors import ConfigError, CorruptObjectError, MemqFormatError, ObjectNotFoundError
 from memq.formats import Compression, encode_batch, encode_block
+from memq.formats.batch import batch_header_length
 from memq.spark import reading
 from memq.spark.decode import ARROW_SCHEMA, BlockId, decode_object, to_signed
 from memq.spark.errors import SKIP_HINT, MissingObjectError, corrupt_object
@@ -319,6 +320,72 @@ def test_read_task_drops_copies_across_its_objects_and_counts_them(
     assert stats.blocks_read == 3
     rows, stats = read()  # dedup off (default): every copy is read
     assert len(rows) == stats.records_read == 15 and stats.duplicate_blocks_dropped == 0
+
+
+def test_pushed_window_reads_headers_first_and_gets_only_the_blocks_it_needs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import dataclasses
+
+    def blk(seq: int, t0: int) -> tuple[int, list[Rec]]:
+        return seq, [(t0 + i, None, bytes([seq]) * 200, None) for i in range(5)]
+
+    stored = {  # blocks of 5 records 1 ms apart; ~1 KB each, so ranges matter
+        "a": _blocks_object([blk(1, 1000), blk(2, 2000), blk(3, 3000), blk(4, 4000)]),
+        "b": _blocks_object([blk(5, 9000), blk(6, 9100)]),  # outside: header only
+        "c": _blocks_object([blk(7, 2002)]),  # one block, read with its header
+    }
+    gets: list[tuple[str, int, int | None]] = []
+    short: set[str] = set()
+
+    def fake_get(_opts: object, key: str, start: int = 0, end: int | None = None) -> bytes:
+        gets.append((key, start, end))
+        data = stored[key][start:end]  # (S3: a range past the end gets what there is)
+        blocks = start >= batch_header_length(stored[key])  # (not the header's reads)
+        return data[:-1] if key in short and blocks else data
+
+    monkeypatch.setattr(reading, "fetch_object", fake_get)
+    monkeypatch.setattr(reading, "HEADER_READ", 64)  # (less than a header: read the rest)
+    objects = tuple(ObjectRef(k, len(v), 1000 + i) for i, (k, v) in enumerate(stored.items()))
+    base = parse_options({**BASE, "read_concurrency": "1"})
+    opts = dataclasses.replace(base, filter_start_ms=2003, filter_end_ms=3002)
+    assert opts.filtered and opts.record_window == (2003, 3002)
+
+    counter = Counter()
+    rows = [r for b in reading.read_objects(objects, opts, counter, start_ms=2003, end_ms=3002)
+            for r in _rows(b)]  # fmt: skip
+    got = sorted((r["sequence"], round(r["timestamp"].timestamp() * 1000)) for r in rows)
+    assert got == [
+        (2, 2003),
+        (2, 2004),
+        (3, 3000),
+        (3, 3001),
+        (7, 2003),
+        (7, 2004),
+        (7, 2005),
+        (7, 2006),
+    ]
+    stats = counter.snapshot()
+    assert (stats.objects_read, stats.objects_pruned, stats.records_read) == (2, 1, 8)
+    assert (stats.blocks_read, stats.blocks_pruned) == (3, 2 + 2 + 0)
+    hlen = {k: batch_header_length(v) for k, v in stored.items()}
+    a_gets = [g for g in gets if g[0] == "a"]
+    # the first 64 bytes, the rest of the header, then blocks 2..3 only (not 1 and 4)
+    assert a_gets[:2] == [("a", 0, 64), ("a", 64, hlen["a"])]
+    assert len(a_gets) == 3 and hlen["a"] < a_gets[2][1] < a_gets[2][2] < len(stored["a"])  # type: ignore[operator]
+    assert [g for g in gets if g[0] == "b"] == [("b", 0, 64), ("b", 64, hlen["b"])]
+    assert stats.bytes_read < sum(map(len, stored.values()))
+
+    # A range that comes back short fails the object (its missing blocks are not
+    # "pruned"), and is skipped and counted with on_corrupt=skip.
+    short.add("a")
+    with pytest.raises(CorruptObjectError, match="came back as"):
+        list(reading.read_objects(objects, opts, Counter(), start_ms=2003, end_ms=3002))
+    skip = dataclasses.replace(opts, on_corrupt="skip")
+    counter = Counter()
+    rows = [r for b in reading.read_objects(objects, skip, counter, start_ms=2003, end_ms=3002)
+            for r in _rows(b)]  # fmt: skip
+    assert {r["sequence"] for r in rows} == {7} and counter.snapshot().corrupt_skipped == 1
 
 
 # --- errors, offsets, counters -----------------------------------------------------------
