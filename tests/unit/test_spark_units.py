@@ -376,6 +376,16 @@ def test_pushed_window_reads_headers_first_and_gets_only_the_blocks_it_needs(
     assert [g for g in gets if g[0] == "b"] == [("b", 0, 64), ("b", 64, hlen["b"])]
     assert stats.bytes_read < sum(map(len, stored.values()))
 
+    # An object sealed more than time_slack_ms inside the window is read whole, in one
+    # GET (and still filtered exactly): here every object, with a wide window.
+    gets.clear()
+    wide = dataclasses.replace(opts, filter_start_ms=1, filter_end_ms=900_000, time_slack_ms=1000)
+    inside = tuple(o._replace(created_ms=400_000) for o in objects)
+    rows = [r for b in reading.read_objects(inside, wide, Counter(), start_ms=2003, end_ms=3002)
+            for r in _rows(b)]  # fmt: skip
+    assert sorted((r["sequence"], round(r["timestamp"].timestamp() * 1000)) for r in rows) == got
+    assert gets == [(k, 0, None) for k in stored]
+
     # A range that comes back short fails the object (its missing blocks are not
     # "pruned"), and is skipped and counted with on_corrupt=skip.
     short.add("a")
