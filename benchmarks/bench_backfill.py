@@ -9,7 +9,12 @@ stack's S3 (moto), with notifications in its Kafka, then measures in the same ru
   listing, GET, decode, Arrow to the JVM);
 - **backfill**: ``memq.spark.backfill.run_backfill`` to Parquet (zstd): source + writer;
 - **ceiling**: a plain multi-threaded boto3 download of the objects (list + GET, no
-  decoding): the most any reader could get out of this S3.
+  decoding): the most any reader could get out of this S3;
+- **where**: a query keeping the middle tenth of the records by time (``WHERE`` on
+  ``timestamp``), by the Parquet reader (the baseline for these rows: its row-group
+  statistics) and by the memq source without and with Spark's Python filter pushdown
+  (``spark.sql.python.filterPushdown.enabled``: objects outside the window cost a header
+  read); their rates count the records the query keeps.
 
 Method (issue 19): on Spark ``local[*]``, after a warm-up job each, every reader's job is
 run back to back for a window of >= 20 s (2 s with ``--quick``: a smoke, not a figure);
@@ -31,6 +36,7 @@ broker runs in its own process either way.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import os
 import platform
@@ -50,6 +56,7 @@ from memq.devstack import DevStack, StackState
 from memq.devstack.brokers import start_broker
 from memq.devstack.procs import ProcessRef, stop
 from memq.formats import Compression, parse_compression
+from memq.spark.pushdown import FILTER_PUSHDOWN_CONF
 
 TARGET_RATIO = 0.7
 RECORD = 1024
@@ -146,7 +153,9 @@ def run(
         write_topic(broker["endpoint"], "warm", 4 * BLOCK_RECORDS, codec)
 
         from pyspark.sql import SparkSession
+        from pyspark.sql import functions as F  # noqa: N812
 
+        from memq.spark import register
         from memq.spark.backfill import run_backfill
 
         t = time.perf_counter()
@@ -179,12 +188,32 @@ def run(
             stored = len(ceiling(state, bucket, threads, "logs")[1])
             outs = iter(range(1 << 30))
             plan: dict[str, int] = {}
+            # A query with a WHERE on timestamp keeping the middle tenth of the records
+            # (by time; the producer writes in bursts, so by quantile, not by time span):
+            # Spark's Parquet reader (its own row-group pushdown) against the memq source
+            # with and without Spark's Python filter pushdown.
+            q = session.read.parquet(parquet_in).select(
+                F.percentile_approx(F.unix_micros("timestamp"), [0.45, 0.55], 100_000)
+            )
+            lo_us, hi_us = q.first()[0]
+            epoch = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+            window = (F.col("timestamp") >= F.lit(epoch + dt.timedelta(microseconds=lo_us))) & (
+                F.col("timestamp") < F.lit(epoch + dt.timedelta(microseconds=hi_us))
+            )
+            hits = session.read.parquet(parquet_in).where(window).count()
+            if not hits:
+                raise SystemExit(f"the WHERE window [{lo_us}, {hi_us}) us holds no record")
+
+            def pushdown(on: bool) -> None:
+                session.conf.set(FILTER_PUSHDOWN_CONF, "true" if on else "false")
+                register(session)  # (the setting is taken when registering)
 
             def job_ceiling() -> tuple[int, int]:
                 ceiling(state, bucket, threads, "logs")
                 return payload, records
 
             def job_source() -> tuple[int, int]:
+                pushdown(False)
                 session.read.format("memq").options(**opts).load().write.format("noop").mode(
                     "overwrite"
                 ).save()
@@ -194,7 +223,19 @@ def run(
                 session.read.parquet(parquet_in).write.format("noop").mode("overwrite").save()
                 return payload, records
 
+            def noop_where(df: Any) -> tuple[int, int]:
+                df.where(window).write.format("noop").mode("overwrite").save()
+                return hits * RECORD, hits
+
+            def job_parquet_where() -> tuple[int, int]:
+                return noop_where(session.read.parquet(parquet_in))
+
+            def job_source_where(on: bool) -> tuple[int, int]:
+                pushdown(on)
+                return noop_where(session.read.format("memq").options(**opts).load())
+
             def job_backfill() -> tuple[int, int]:
+                pushdown(False)
                 out = tmp / f"out{next(outs)}"
                 r = run_backfill(session, opts, str(out))
                 shutil.rmtree(out, ignore_errors=True)
@@ -213,6 +254,9 @@ def run(
                 "spark_memq_source_noop": job_source,
                 "spark_backfill_parquet": job_backfill,
                 "ceiling_boto3_download": job_ceiling,
+                "spark_parquet_reader_where_noop": job_parquet_where,
+                "spark_memq_source_where_noop": lambda: job_source_where(False),
+                "spark_memq_source_where_pushdown_noop": lambda: job_source_where(True),
             }
             windows: dict[str, list[dict[str, Any]]] = {k: [] for k in jobs}
             for rep in range(repeats):
@@ -228,8 +272,11 @@ def run(
         stack.down()
         shutil.rmtree(tmp, ignore_errors=True)
     results: dict[str, Any] = {}
-    base = windows["spark_parquet_reader_noop"]
     for name, ws in windows.items():
+        # (a filtered read is compared with the Parquet reader's read of the same WHERE)
+        base = windows[
+            "spark_parquet_reader_where_noop" if "where" in name else "spark_parquet_reader_noop"
+        ]
         results[name] = {
             "windows": ws,
             "MBps": spread([w["MBps"] for w in ws]),
@@ -263,6 +310,7 @@ def run(
             "block_records": BLOCK_RECORDS,
             "record_bytes": RECORD,
             "records": records,
+            "where_records": hits,
             "payload_bytes": payload,
             "baseline_parquet_bytes": parquet_bytes,
             "compression": codec.name.lower(),

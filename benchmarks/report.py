@@ -317,6 +317,12 @@ def _md(doc: dict[str, Any], plots: list[str]) -> str:
             for n, r in b["rows"].items():
                 lines.append(f"| {n} | {_f(r['MBps'], '{:.1f}')} | {_f(r['records_per_s'])} | "
                          f"{_x(r['vs_parquet_reader'])} | {_cpus(r, BACKFILL_PROCS)} |")  # fmt: skip
+            if d.get("where_records"):
+                lines += ["", f"The `where` rows keep the middle tenth of the records by time "
+                          f"({d['where_records']:,} records; their MB/s and records/s count those) "
+                          "and are compared with the Parquet reader's read of the same `WHERE`; "
+                          "`pushdown`: with `spark.sql.python.filterPushdown.enabled` "
+                          "(docs/spark.md)."]  # fmt: skip
             lines.append("")
     if "scaling" in sec:
         sc = sec["scaling"]

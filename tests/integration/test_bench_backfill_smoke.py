@@ -37,15 +37,21 @@ def test_bench_backfill_quick(memq_stack: StackState, tmp_path: Path) -> None:
     res = doc["results"]
     readers = ("spark_parquet_reader_noop", "spark_memq_source_noop", "spark_backfill_parquet",
                "ceiling_boto3_download")  # fmt: skip
-    assert set(res) == set(readers)
-    for name in readers:
+    filtered = ("spark_parquet_reader_where_noop", "spark_memq_source_where_noop",
+                "spark_memq_source_where_pushdown_noop")  # fmt: skip
+    assert set(res) == set(readers + filtered)
+    hits = doc["data"]["where_records"]
+    assert 0 < hits < doc["data"]["records"] // 4
+    for name in readers + filtered:
         r = res[name]
         assert 0 < r["records_per_s"]["min"] <= r["records_per_s"]["max"], name
         (w,) = r["windows"]  # one repetition in --quick: a 2 s smoke window
         assert w["smoke"] is True and w["runs"] >= 1 and w["window_s"] >= 2.0, name
-        assert w["records"] == w["runs"] * doc["data"]["records"], name
+        each = hits if name in filtered else doc["data"]["records"]
+        assert w["records"] == w["runs"] * each, name
         assert w["cpu_s_per_GiB"]["client"] >= 0, name
     assert res["spark_parquet_reader_noop"]["vs_parquet_reader"]["median"] == 1.0
+    assert res["spark_parquet_reader_where_noop"]["vs_parquet_reader"]["median"] == 1.0
     source = res["spark_memq_source_noop"]["vs_parquet_reader"]["median"]
     assert doc["target"]["ratio"] == round(source, 3)
     assert 1 <= res["spark_backfill_parquet"]["partitions"] < doc["data"]["objects"]
