@@ -66,6 +66,9 @@ class OpenBlock:
     lane: str | None = None
     #: The block's place in its lane (numbered as opened): lane blocks are sent in order.
     lane_seq: int = 0
+    #: Opened once its topic's block limit was known (not the batch.size fallback of a
+    #: topic without metadata yet): produce() may then add to it without a limit check.
+    limit_known: bool = False
 
     @property
     def min_ts(self) -> int:

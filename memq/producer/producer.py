@@ -235,9 +235,15 @@ class Producer(BlockFilling):
         # (the common record, no key and no headers, sized without a call)
         size = len(v) + RECORD_OVERHEAD if k is None and h is None else record_size(k, v, h)
         blocks: dict[str, OpenBlock] | None = getattr(self._local, "blocks", None)
-        if k is None and blocks is not None and (acc := blocks.get(topic)) is not None:
+        if (
+            k is None
+            and blocks is not None
+            and (acc := blocks.get(topic)) is not None
+            and acc.limit_known
+        ):
             # The fast path: the record fits this thread's open block of the topic, so it
-            # fits the topic's block limit too (a block's capacity is within it).
+            # fits the topic's block limit too (a block opened once the limit was known
+            # has its capacity within it; the limit never changes after that).
             fut = acc.try_add(ts, k, v, h, size, on_delivery)
             if fut is not None:
                 return fut
@@ -260,7 +266,8 @@ class Producer(BlockFilling):
                 if self._grow(acc, size):
                     continue
                 self._seal(acc)  # full (a no-op if linger or flush sealed it already)
-            blocks[topic] = self._open_block(topic, limit, size)
+            acc = blocks[topic] = self._open_block(topic, limit, size)
+            acc.limit_known = topic in self._limits
 
     def produce_batch(
         self,

@@ -382,3 +382,23 @@ def test_a_thread_waiting_for_buffer_memory_is_woken_only_once_it_fits() -> None
             p._buffered = 0
     finally:
         p.close(0.1)
+
+
+def test_a_record_over_the_topic_limit_learned_late_is_refused_at_the_call() -> None:
+    # A block opened before the topic's metadata came (at batch.size) takes no record
+    # over the topic's max_block_bytes once it is known: produce() refuses it.
+    from memq.errors import MessageTooLargeError
+    from memq.protocol import TopicMetadata
+
+    p = Producer({"bootstrap.servers": REFUSED, "audit.enable": False, "max.block.ms": 0,
+                  "linger.ms": 60_000, "batch.size": 1 << 20})  # fmt: skip
+    try:
+        for _ in range(3):  # no metadata: the block grows toward batch.size (1 MiB)
+            p.produce("t", b"v" * 100_000)
+        meta = TopicMetadata(name="t", max_block_bytes=64 * 1024)
+        p._sender.meta.cached = lambda topic: meta  # type: ignore[method-assign]
+        with pytest.raises(MessageTooLargeError):
+            p.produce("t", b"w" * 80_000)  # (room for it in the open block)
+        p.produce("t", b"x" * 1000)  # (a small one is taken)
+    finally:
+        p.close(0.1)
