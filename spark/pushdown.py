@@ -2,11 +2,12 @@
 
 With ``spark.sql.python.filterPushdown.enabled`` (Spark 4.1+), Spark hands a Python data
 source the conjuncts of a query's ``WHERE`` that compare a column with a literal. Those
-on ``timestamp`` narrow the read exactly as ``start_time``/``end_time`` do: the listing
-skips hours outside the window (widened by ``time_slack_ms``), blocks outside it are
-not decoded, and records outside it are dropped. Spark still evaluates every filter
-after the scan (they are all returned as not handled): the source's window is only
-ever narrower than what the filters keep, never wider.
+on ``timestamp`` become the exact window of the records read. Unlike the
+``start_time``/``end_time`` options they do not narrow the listing (a record may lie
+any time before or after its batch's seal time): a task reads each object's header and
+only the blocks whose index entry overlaps the window, and drops the records outside
+it. Spark still evaluates every filter after the scan (they are all returned as not
+handled).
 
 A record's ``timestamp`` is in milliseconds and Spark compares microseconds, so a
 bound is rounded to the records it keeps: ``timestamp > t`` keeps ``ms >= floor(t/1000)
@@ -19,8 +20,6 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable
 from typing import Any, NamedTuple
-
-from memq.spark.options import EARLIEST_MS, LATEST_MS
 
 __all__ = ["FILTER_PUSHDOWN_CONF", "TimeWindow", "time_window"]
 
@@ -82,13 +81,6 @@ def time_window(filters: Iterable[Any], start_ms: int | None, end_ms: int | None
             lo = a if lo is None else max(lo, a)
         if b is not None:
             hi = b if hi is None else min(hi, b)
-    # Bounds past the listable range: a start before it or an end after it bounds
-    # nothing; a start after it or an end before it keeps no record.
-    empty = (lo is not None and lo > LATEST_MS) or (hi is not None and hi < EARLIEST_MS)
-    if lo is not None and lo < EARLIEST_MS:
-        lo = None
-    if hi is not None and hi > LATEST_MS:
-        hi = None
-    if lo is not None and hi is not None and lo >= hi:
-        empty = True
-    return TimeWindow(lo, hi, empty)
+    # (The window never narrows the listing, so any int64 bound will do: a record may
+    # carry any timestamp, year 9999 or 0001 included.)
+    return TimeWindow(lo, hi, lo is not None and hi is not None and lo >= hi)

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, NamedTuple
 
-from memq.errors import MemqFormatError, ObjectNotFoundError, TruncatedError
+from memq.errors import MalformedError, MemqFormatError, ObjectNotFoundError, TruncatedError
 from memq.formats.batch import BatchHeader, batch_header_length, decode_batch_header
 from memq.spark.decode import BlockId, decode_object
 from memq.spark.errors import MissingObjectError, corrupt_object
@@ -88,8 +88,11 @@ class Fetched(NamedTuple):
 
 def fetch(opts: ScanOptions, ref: ObjectRef) -> Fetched:
     """One object for a task: whole, or, when pushed filters bound the records
-    (``opts.filtered``), its header first and then only the run of blocks from the
-    first to the last whose index entry overlaps the window (none: no second GET).
+    (``opts.filtered``) and it is larger than :data:`HEADER_READ`, its header first
+    and then only the run of blocks from the first to the last whose index entry
+    overlaps the window (none: no second GET). The header must describe an object of
+    the listed size (a range past the end would fail as an access error, not as a
+    corrupt object).
 
     An object sealed more than ``time_slack_ms`` inside the window is most likely
     wholly in it: it is read whole, in one GET instead of two (only the cost differs:
@@ -100,14 +103,19 @@ def fetch(opts: ScanOptions, ref: ObjectRef) -> Fetched:
     inside = (lo is None or ref.created_ms - slack >= lo) and (
         hi is None or ref.created_ms + slack < hi
     )
-    if not opts.filtered or inside:
+    if not opts.filtered or inside or ref.size <= HEADER_READ:
         data = fetch_object(opts, key)
         return Fetched(data, nbytes=len(data))
     head = fetch_object(opts, key, 0, HEADER_READ)
     hlen = batch_header_length(head)
+    if hlen > ref.size:  # (a range past the end would be S3's 416, not a format error)
+        raise TruncatedError(f"the object is {ref.size} bytes, its header alone {hlen}")
     if len(head) < hlen:
         head += fetch_object(opts, key, len(head), hlen)
     header = decode_batch_header(head)
+    if header.object_size != ref.size:
+        kind = TruncatedError if header.object_size > ref.size else MalformedError
+        raise kind(f"the object is {ref.size} bytes, its header says {header.object_size}")
     wanted = [
         e
         for e in header.entries

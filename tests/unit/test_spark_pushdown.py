@@ -111,16 +111,19 @@ def test_other_columns_kinds_and_values_are_ignored() -> None:
     assert time_window(ignored, 10, 20) == TimeWindow(10, 20, False)
 
 
-def test_bounds_outside_the_listable_range() -> None:
+def test_bounds_at_the_ends_of_time_keep_their_records() -> None:
+    # The window never narrows the listing: records dated near year 0001 or 9999 are
+    # found like any others (a producer may stamp any int64 milliseconds).
     early, late = _at((EARLIEST_MS - 5) * 1000), _at((LATEST_MS + 5) * 1000)
-    # a start before the range or an end after it bounds nothing
+    assert time_window([GreaterThan(T, late)], None, None) == TimeWindow(LATEST_MS + 6, None)
+    assert time_window([LessThan(T, early)], None, None) == TimeWindow(None, EARLIEST_MS - 5)
     assert time_window([GreaterThan(T, early), LessThan(T, late)], None, None) == TimeWindow(
-        None, None, False
+        EARLIEST_MS - 4, LATEST_MS + 5
     )
-    # a start after it or an end before it keeps nothing
-    assert time_window([GreaterThan(T, late)], None, None).empty
-    assert time_window([LessThan(T, early)], None, None).empty
-    # contradictory filters and an equality between two milliseconds keep nothing
+
+
+def test_filters_no_record_can_pass_make_an_empty_window() -> None:
     assert time_window([GreaterThan(T, _at(5000)), LessThan(T, _at(4000))], None, None).empty
-    assert time_window([EqualTo(T, _at(5500))], None, None).empty
+    assert time_window([GreaterThan(T, _at(5000))], None, 5).empty  # (with the options')
+    assert time_window([EqualTo(T, _at(5500))], None, None).empty  # between milliseconds
     assert time_window([EqualTo(T, _at(5000))], None, None) == TimeWindow(5, 6, False)

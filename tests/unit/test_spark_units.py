@@ -396,6 +396,23 @@ def test_pushed_window_reads_headers_first_and_gets_only_the_blocks_it_needs(
     rows = [r for b in reading.read_objects(objects, skip, counter, start_ms=2003, end_ms=3002)
             for r in _rows(b)]  # fmt: skip
     assert {r["sequence"] for r in rows} == {7} and counter.snapshot().corrupt_skipped == 1
+    short.clear()
+
+    # An object whose header describes more bytes than the listing found (cut off after
+    # its header) is corrupt before any range past its end is asked for; an object of
+    # at most HEADER_READ bytes is read whole (one GET, no range).
+    cut = dict(stored, a=stored["a"][: batch_header_length(stored["a"]) + 10])
+    monkeypatch.setattr(reading, "fetch_object", lambda o, k, s=0, e=None: cut[k][s:e])
+    refs = tuple(ObjectRef(k, len(v), 1000) for k, v in cut.items())
+    with pytest.raises(CorruptObjectError, match="its header says"):
+        list(reading.read_objects(refs, opts, Counter(), start_ms=2003, end_ms=3002))
+    gets.clear()
+    monkeypatch.setattr(reading, "fetch_object", fake_get)
+    monkeypatch.setattr(reading, "HEADER_READ", 64 * 1024)
+    rows = [r for b in reading.read_objects(objects, opts, Counter(), start_ms=2003, end_ms=3002)
+            for r in _rows(b)]  # fmt: skip
+    assert sorted((r["sequence"], round(r["timestamp"].timestamp() * 1000)) for r in rows) == got
+    assert gets == [(k, 0, None) for k in stored]
 
 
 # --- errors, offsets, counters -----------------------------------------------------------
