@@ -3,8 +3,9 @@
 Measures steady-state MB/s of record payload handed out, and CPU seconds per GiB of
 every process involved (the consumer's own process, the broker, Tansu, moto), for one
 ``memq.Consumer`` reading a topic stored in S3 (moto) with ``consume(500)`` and with
-``consume_batch(2000)`` (columns, no ``Message`` per record), and one stored on the
-filesystem, against:
+``consume_batch(2000)`` (columns, no ``Message`` per record: its ``values`` list, and
+``to_arrow()``, a pyarrow Table whose values of block format 2 share the fetched bytes),
+and one stored on the filesystem, against:
 
   (a) raw boto3 GETs of the same S3 objects with the same concurrency (the storage
       ceiling: bytes only, no decoding);
@@ -83,10 +84,13 @@ def run_memq(
     n: int,
     name: str,
     quick: bool,
-    columns: bool = False,
+    mode: str = "consume",
 ) -> dict[str, Any]:
-    """``columns``: ``consume_batch()`` (values as a list, no Message per record) instead
-    of ``consume()``."""
+    """``mode``: ``consume`` (``consume(500)``: a Message per record), ``values``
+    (``consume_batch(2000).values``: a list of the values) or ``arrow``
+    (``consume_batch(2000).to_arrow()``: a pyarrow Table; its bytes summed by Arrow)."""
+    import pyarrow.compute as pc
+
     from memq import Consumer
 
     counter = Counter()
@@ -104,10 +108,15 @@ def run_memq(
             got = 0
             c.assign([(topic, p, 0) for p in range(PARTITIONS)])
             while not stop.is_set():
-                if columns:
+                if mode == "values":
                     values = c.consume_batch(2000, 1.0).values
                     got += len(values)
                     counter.add(sum(map(len, values)), len(values))
+                elif mode == "arrow":
+                    table = c.consume_batch(2000, 1.0).to_arrow()
+                    size = pc.sum(pc.binary_length(table.column("value"))).as_py() or 0
+                    got += table.num_rows
+                    counter.add(size, table.num_rows)
                 else:
                     batch = c.consume(CONSUME_CALL, 1.0)
                     got += len(batch)
@@ -228,14 +237,18 @@ def run(records: int, quick: bool) -> dict[str, Any]:
                 if storage == "s3":
                     eprint("memq consume_batch() from s3")
                     results["s3_batch"] = run_memq(
-                        state, info, topic, records, "memq-s3 consume_batch()", quick, True
+                        state, info, topic, records, "memq-s3 consume_batch()", quick, "values"
+                    )
+                    eprint("memq consume_batch().to_arrow() from s3")
+                    results["s3_arrow"] = run_memq(
+                        state, info, topic, records, "memq-s3 to_arrow()", quick, "arrow"
                     )
                     eprint("baseline (a): raw parallel GETs")
                     results["s3raw"] = run_raw_gets(state, keys, quick)
         shutil.rmtree(root, ignore_errors=True)
         eprint("baseline (b): confluent-kafka consuming from Tansu")
         results["kafka"] = run_kafka(state, values, quick)
-    for key in ("s3", "s3_batch"):
+    for key in ("s3", "s3_batch", "s3_arrow"):
         results[key]["vs_s3_raw_get"] = round(results[key]["MBps"] / results["s3raw"]["MBps"], 3)
     results["filesystem"]["vs_kafka_direct"] = round(
         results["filesystem"]["MBps"] / results["kafka"]["MBps"], 3
@@ -245,6 +258,10 @@ def run(records: int, quick: bool) -> dict[str, Any]:
         "s3_vs_raw_get": {"value": results["s3"]["vs_s3_raw_get"], "target": 0.8},
         "s3_consume_batch_vs_raw_get": {
             "value": results["s3_batch"]["vs_s3_raw_get"],
+            "target": 0.8,
+        },
+        "s3_to_arrow_vs_raw_get": {
+            "value": results["s3_arrow"]["vs_s3_raw_get"],
             "target": 0.8,
         },
         "filesystem_vs_kafka_direct": {
@@ -286,7 +303,7 @@ def print_table(doc: dict[str, Any]) -> None:
     for col in ("run", "MB/s", "1 s min-max", "ratio", *(f"{p} CPU-s/GiB" for p in procs)):
         t.add_column(col, justify="right")
     for key, r in doc["results"].items():
-        on_s3 = key in ("s3", "s3_batch")
+        on_s3 = key in ("s3", "s3_batch", "s3_arrow")
         ratio = r.get("vs_s3_raw_get") if on_s3 else r.get("vs_kafka_direct")
         basis = " vs (a)" if on_s3 else " vs (b)"
         one = r.get("MBps_1s") or {}

@@ -148,6 +148,7 @@ def _plots(doc: dict[str, Any], out: Path) -> list[str]:
         rows = sec["consume"]["rows"]
         bars = [("s3", "MemQ from S3", "tab:blue"),
                 ("s3_batch", "MemQ from S3,\nconsume_batch()", "tab:blue"),
+                ("s3_arrow", "MemQ from S3,\nto_arrow()", "tab:blue"),
                 ("s3_raw_get", "raw S3 GET", "tab:gray"),
                 ("filesystem", "MemQ from\nfilesystem", "tab:blue"),
                 ("kafka_direct", "Kafka direct", "tab:gray")]  # fmt: skip
@@ -287,13 +288,14 @@ def _md(doc: dict[str, Any], plots: list[str]) -> str:
               "|---|---|---|---|" + "---|" * len(PROCS)]  # fmt: skip
         for n, label in (("s3", "memq.Consumer from S3, `consume(500)`"),
                          ("s3_batch", "memq.Consumer from S3, `consume_batch(2000)`"),
+                         ("s3_arrow", "memq.Consumer from S3, `consume_batch(2000).to_arrow()`"),
                          ("filesystem", "memq.Consumer from filesystem, `consume(500)`"),
                          ("s3_raw_get", "raw S3 GET (baseline)"),
                          ("kafka_direct", "Kafka direct consume (baseline)")):  # fmt: skip
             r = rows.get(n)
             if r is None:  # (results from before the row existed)
                 continue
-            vs_get = _x(r["vs_s3_raw_get"]) if n in ("s3", "s3_batch") else ""
+            vs_get = _x(r["vs_s3_raw_get"]) if n in ("s3", "s3_batch", "s3_arrow") else ""
             vs_k = _x(r["vs_kafka_direct"]) if n in ("s3", "filesystem") else ""
             lines.append(f"| {label} | {_f(r['MBps'], '{:.1f}')} | {vs_get} | {vs_k} | "
                          f"{_cpus(r)} |")  # fmt: skip

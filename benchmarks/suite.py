@@ -147,7 +147,7 @@ def ingest(quick: bool, reps: int) -> dict[str, Any]:
     return out
 
 
-CONSUME_ROWS = ("s3", "s3_batch", "s3raw", "filesystem", "kafka")
+CONSUME_ROWS = ("s3", "s3_batch", "s3_arrow", "s3raw", "filesystem", "kafka")
 
 
 def consume(quick: bool, reps: int) -> dict[str, Any]:

@@ -176,9 +176,9 @@ def _decode(
         block = view[e.offset - base : e.offset - base + e.length]
         bh = verify_batch_block(block, e, index=bi)
         if blocks is None:
-            ts, keys, values, hdrs = decode_columns(block, bh)
+            ts, keys, values, hdrs = decode_columns(block, bh, views=True)
         else:
-            (ts, keys, values, hdrs), crc = decode_columns_with_crc(block, bh)
+            (ts, keys, values, hdrs), crc = decode_columns_with_crc(block, bh, views=True)
         whole = Chunk(
             topic, partition, offset, key, bi, 0, ts, keys, values, hdrs,
             bh.producer_id, bh.epoch, bh.sequence,

@@ -9,6 +9,8 @@ from itertools import accumulate, chain, repeat
 from typing import Any, NamedTuple, overload
 
 from memq.errors import MemqError
+from memq.formats.block import BinaryColumn
+from memq.formats.columnar import int64_arrow
 
 __all__ = ["Chunk", "Message", "MessageId", "RecordBatch", "Records"]
 
@@ -73,9 +75,9 @@ class Chunk(NamedTuple):
     object_key: str
     block: int
     record: int  # the first one's index in its block
-    timestamps: tuple[int, ...]
+    timestamps: Sequence[int]  # a tuple, or an array('q') (block version 2)
     keys: tuple[bytes | None, ...]
-    values: tuple[bytes, ...]
+    values: Sequence[bytes]  # a tuple, or a BinaryColumn (block version 2: no copy yet)
     headers: tuple[tuple[tuple[str, bytes | None], ...] | None, ...]
     producer_id: int
     epoch: int
@@ -264,7 +266,27 @@ class RecordBatch:
 
     def value_bytes(self) -> int:
         """Total bytes of the values."""
-        return sum(sum(map(len, c.values)) for c in self.chunks)
+        return sum(
+            c.values.nbytes() if type(c.values) is BinaryColumn else sum(map(len, c.values))
+            for c in self.chunks
+        )
+
+    def to_arrow(self) -> Any:
+        """The records as a ``pyarrow.Table`` (needs ``pyarrow``: the ``arrow`` extra):
+        ``partition`` (int32), ``offset`` (int64: the object's notification offset),
+        ``timestamp`` (ms, UTC), ``key``, ``value`` (binary), ``headers`` (a list of
+        ``name``/``value`` structs, or null). Values of version 2 blocks are not copied:
+        the table's value arrays share the fetched objects' bytes (which stay in memory
+        as long as the table does)."""
+        try:
+            import pyarrow as pa
+        except ImportError:
+            raise ImportError(
+                "RecordBatch.to_arrow() needs pyarrow: pip install 'memq-py[arrow]'"
+            ) from None
+        schema = _arrow_schema(pa)
+        batches = [pa.record_batch(_chunk_arrays(pa, c), schema=schema) for c in self.chunks]
+        return pa.Table.from_batches(batches, schema=schema)
 
     def messages(self) -> list[Message]:
         """One :class:`Message` per record (what ``consume`` would have returned)."""
@@ -277,3 +299,46 @@ class RecordBatch:
             for c in self.chunks
             for r in range(c.record, c.record + c.length)
         ]
+
+
+def _arrow_schema(pa: Any) -> Any:
+    header = pa.struct([("name", pa.string()), ("value", pa.binary())])
+    return pa.schema(
+        [
+            ("partition", pa.int32()),
+            ("offset", pa.int64()),
+            ("timestamp", pa.timestamp("ms", tz="UTC")),
+            ("key", pa.binary()),
+            ("value", pa.binary()),
+            ("headers", pa.list_(header)),
+        ]
+    )
+
+
+def _chunk_arrays(pa: Any, c: Chunk) -> list[Any]:
+    """One chunk's columns as Arrow arrays: per-chunk constants repeated, the values
+    over the fetched bytes where the block allows (no Python object per record)."""
+    n = c.length
+    schema = _arrow_schema(pa)
+    values = (
+        c.values.to_arrow() if type(c.values) is BinaryColumn else pa.array(c.values, pa.binary())
+    )
+    stamps = int64_arrow(c.timestamps).view(schema.field("timestamp").type)
+    keys = pa.nulls(n, pa.binary()) if c.keys.count(None) == n else pa.array(c.keys, pa.binary())
+    headers_type = schema.field("headers").type
+    headers = (
+        pa.nulls(n, headers_type)
+        if c.headers.count(None) == n
+        else pa.array(
+            [None if h is None else [{"name": k, "value": v} for k, v in h] for h in c.headers],
+            headers_type,
+        )
+    )
+    return [
+        pa.repeat(pa.scalar(c.partition, pa.int32()), n),
+        pa.repeat(pa.scalar(c.offset, pa.int64()), n),
+        stamps,
+        keys,
+        values,
+        headers,
+    ]

@@ -58,7 +58,8 @@ from memq.formats.batch import (
     iter_batch_blocks,
     verify_batch_block,
 )
-from memq.formats.block import BlockHeader, Header, decode_columns
+from memq.formats.block import BinaryColumn, BlockHeader, Header, decode_columns
+from memq.formats.columnar import int64_arrow
 from memq.formats.gcpause import gc_paused
 
 __all__ = [
@@ -199,7 +200,7 @@ def _decode_object(
             ids.add(bid)
         if bh.min_timestamp < lo or bh.max_timestamp >= hi:
             needs_filter = True
-        t, k, v, h = decode_columns(block, bh)
+        t, k, v, h = decode_columns(block, bh, views=True)
         counts.blocks_read += 1
         if t:
             blocks.append(_block_arrays(i, bh, t, k, v, h))
@@ -231,8 +232,11 @@ class _Block(NamedTuple):
     """One decoded block: its columns (row tuples or Arrow arrays) and per-block constants."""
 
     n: int
-    ts: tuple[int, ...]  # record timestamps, ms (Python ints: built in one call in _build)
-    values: tuple[bytes, ...]  # likewise
+    # Record timestamps (ms) and values: tuples of Python objects (block version 1: made
+    # into one array per object in _build) or Arrow arrays over the block's own bytes
+    # (version 2: no object per row at all).
+    ts: Any
+    values: Any
     keys: Any  # Arrow arrays: mostly all-null, made per block without a row pass
     headers: Any
     producer_id: int
@@ -244,17 +248,21 @@ class _Block(NamedTuple):
 def _block_arrays(
     index: int,
     bh: BlockHeader,
-    ts: tuple[int, ...],
+    ts: Sequence[int],
     keys: tuple[bytes | None, ...],
-    values: tuple[bytes, ...],
+    values: Sequence[bytes],
     hdrs: tuple[tuple[Header, ...] | None, ...],
 ) -> _Block:
     """A block's records as Arrow arrays: one C call per column, none per row.
 
     Keys and headers are mostly absent: an all-None column is a null array made without
-    looking at the rows again (``count`` is an identity scan in C).
+    looking at the rows again (``count`` is an identity scan in C). A version 2 block's
+    timestamps and values are Arrow arrays over its own bytes, without a copy.
     """
     n = len(ts)
+    if type(values) is BinaryColumn:
+        values = values.to_arrow()
+        ts = int64_arrow(ts)
     return _Block(
         n,
         ts,
@@ -292,9 +300,12 @@ def _concat(parts: list[Any]) -> Any:
     return parts[0] if len(parts) == 1 else pa.concat_arrays(parts)
 
 
-def _chain(parts: list[tuple[Any, ...]], n: int, type_: Any) -> Any:
-    """One array over the blocks' row tuples (no list, no concat: one copy of the data)."""
-    return pa.array(parts[0] if len(parts) == 1 else chain.from_iterable(parts), type_, size=n)
+def _chain(parts: list[Any], n: int, type_: Any) -> Any:
+    """One array over the blocks' columns: row tuples are made into one array at once
+    (no list, no concat: one copy of the data), Arrow arrays are joined."""
+    if all(type(p) is tuple for p in parts):
+        return pa.array(parts[0] if len(parts) == 1 else chain.from_iterable(parts), type_, size=n)
+    return _concat([pa.array(p, type_) if type(p) is tuple else p for p in parts])
 
 
 def _build(topic: str, key: str, blocks: Sequence[_Block]) -> tuple[Any, Any]:
@@ -304,8 +315,8 @@ def _build(topic: str, key: str, blocks: Sequence[_Block]) -> tuple[Any, Any]:
         ms = _chain([b.ts for b in blocks], n, pa.int64())
         micros = pc.multiply_checked(ms, 1000).cast(_TS_TYPE)
     except pa.ArrowInvalid:
-        lo_ms = min(min(b.ts) for b in blocks)
-        hi_ms = max(max(b.ts) for b in blocks)
+        bounds = pc.min_max(_chain([b.ts for b in blocks], n, pa.int64()))
+        lo_ms, hi_ms = bounds["min"].as_py(), bounds["max"].as_py()
         raise MalformedError(
             f"a record timestamp in [{lo_ms}, {hi_ms}] ms is outside Spark's timestamp range"
         ) from None

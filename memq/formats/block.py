@@ -9,7 +9,7 @@ record decoding); readers call :func:`decode_records`.
 Layout (big-endian)::
 
     0   2  magic            b"MB"
-    2   1  version          1
+    2   1  version          1 or 2 (the payload's layout)
     3   1  compression      0 none, 1 gzip, 2 zstd, 3 lz4
     4   4  crc32            CRC-32 (ISO-HDLC, zlib.crc32) of bytes [0, 4) then [8, end)
     8   8  producer_id      u64
@@ -22,9 +22,11 @@ Layout (big-endian)::
     52  4  body_len         u32, body size as stored
     56  .  body
 
-A record is the msgpack array ``[timestamp, key, value, headers]``: ``timestamp`` an
-int (ms), ``key`` bin or nil, ``value`` bin, ``headers`` nil or an array of
-``[name (str), value (bin or nil)]`` pairs.
+Version 1's payload is one msgpack array of records, each the array ``[timestamp, key,
+value, headers]``: ``timestamp`` an int (ms), ``key`` bin or nil, ``value`` bin,
+``headers`` nil or an array of ``[name (str), value (bin or nil)]`` pairs. Version 2's
+(the default) holds the same records as columns, the values joined behind Arrow-style
+offsets, so readers slice values out instead of copying each (:mod:`memq.formats.columnar`).
 """
 
 from __future__ import annotations
@@ -38,17 +40,21 @@ import msgpack
 
 from memq.errors import BadMagicError, ChecksumError, MalformedError, TruncatedError
 from memq.errors import UnsupportedVersionError as _UnsupportedVersion
+from memq.formats.columnar import BinaryColumn, header_pairs_ok, join_columns, split_columns
 from memq.formats.compression import Compression, compress, decompress
 from memq.formats.crc import crc32
 from memq.formats.payload import join_records
 
 __all__ = [
+    "BLOCK_FRAME",
     "BLOCK_HEADER_SIZE",
     "BLOCK_MAGIC",
     "BLOCK_VERSION",
+    "BLOCK_VERSIONS",
     "DEFAULT_MAX_UNCOMPRESSED",
     "INT64_MAX",
     "INT64_MIN",
+    "BinaryColumn",
     "BlockHeader",
     "Header",
     "Record",
@@ -64,9 +70,15 @@ __all__ = [
 ]
 
 BLOCK_MAGIC = b"MB"
-BLOCK_VERSION = 1
+#: The version writers use unless told otherwise; readers know all of BLOCK_VERSIONS.
+BLOCK_VERSION = 2
+BLOCK_VERSIONS = (1, 2)
 _HEADER = struct.Struct(">2sBBIQIQIqqII")
 BLOCK_HEADER_SIZE = _HEADER.size  # 56
+#: The most a block takes beyond its records' own bounds (a producer's ``record_size``):
+#: the header and a payload's fixed part (version 2: columns byte and padding, the first
+#: value and key offsets, the headers array's head: 21 bytes; version 1: the array head).
+BLOCK_FRAME = BLOCK_HEADER_SIZE + 24
 _CRC_START = 8
 DEFAULT_MAX_UNCOMPRESSED = 64 * 1024 * 1024
 
@@ -117,14 +129,15 @@ def encode_block(
     compression: Compression = Compression.ZSTD,
     min_timestamp: int | None = None,
     max_timestamp: int | None = None,
+    version: int = BLOCK_VERSION,
 ) -> bytes:
-    """Encode ``records`` into one block.
+    """Encode ``records`` into one block of format ``version`` (1 or 2).
 
     ``min_timestamp``/``max_timestamp`` may be given when the caller already tracked
     them (the producer does); otherwise they are computed.
     """
     return _encode(
-        records, producer_id, epoch, sequence, compression, min_timestamp, max_timestamp
+        records, producer_id, epoch, sequence, compression, min_timestamp, max_timestamp, version
     )[0]
 
 
@@ -137,6 +150,7 @@ def encode_block_with_crc(
     compression: Compression = Compression.ZSTD,
     min_timestamp: int | None = None,
     max_timestamp: int | None = None,
+    version: int = BLOCK_VERSION,
 ) -> tuple[bytes, int]:
     """:func:`encode_block` plus the CRC-32 of the uncompressed record payload.
 
@@ -144,7 +158,7 @@ def encode_block_with_crc(
     decompression with :func:`decode_columns_with_crc`.
     """
     block, raw = _encode(
-        records, producer_id, epoch, sequence, compression, min_timestamp, max_timestamp
+        records, producer_id, epoch, sequence, compression, min_timestamp, max_timestamp, version
     )
     return block, crc32(raw)
 
@@ -157,17 +171,86 @@ def _encode(
     compression: Compression,
     min_timestamp: int | None,
     max_timestamp: int | None,
+    version: int,
 ) -> tuple[bytes, bytes]:
     if not records:
         raise MalformedError("a block needs at least one record")
+    if version == 2:
+        try:
+            ts, keys, values, hdrs = zip(*records, strict=True)
+        except (TypeError, ValueError):
+            raise MalformedError("records must be [timestamp, key, value, headers]") from None
+        raw, least, greatest = _join_v2(ts, keys, values, hdrs, checked=False)
+    else:
+        _check_version(version)
+        raw = _pack(records)
+        least = greatest = 0
+        if min_timestamp is None or max_timestamp is None:
+            stamps = [r[0] for r in records]
+            least, greatest = min(stamps), max(stamps)
     if min_timestamp is None or max_timestamp is None:
-        stamps = [r[0] for r in records]
-        min_timestamp, max_timestamp = min(stamps), max(stamps)
-    raw = _pack(records)
+        min_timestamp, max_timestamp = least, greatest
     head, body = _frame(
-        raw, len(records), producer_id, epoch, sequence, compression, min_timestamp, max_timestamp
+        raw,
+        len(records),
+        producer_id,
+        epoch,
+        sequence,
+        compression,
+        min_timestamp,
+        max_timestamp,
+        version,
     )
     return head + body, raw
+
+
+def _check_version(version: int) -> None:
+    if version not in BLOCK_VERSIONS:
+        raise MalformedError(f"block version must be one of {BLOCK_VERSIONS}, got {version!r}")
+
+
+def _as_bytes(column: Sequence[Any], what: str, nullable: bool) -> Sequence[Any]:
+    """``column`` with bytes-like items as ``bytes`` (a ``memoryview``'s ``len`` need not
+    be its size in bytes); anything else is a :class:`MalformedError`."""
+    kinds = set(map(type, column))
+    if kinds <= ({bytes, type(None)} if nullable else {bytes}):
+        return column
+    out: list[bytes | None] = []
+    for v in column:
+        if v is None and nullable:
+            out.append(None)
+        elif isinstance(v, bytes | bytearray | memoryview):
+            out.append(bytes(v))
+        else:
+            raise MalformedError(f"a record {what} must be bytes, got {type(v).__name__}")
+    return out
+
+
+def _check_headers(headers: Sequence[Any]) -> None:
+    for h in headers:
+        if not header_pairs_ok(h, (tuple, list)):
+            raise MalformedError(
+                f"record headers must be (name: str, value: bytes | None) pairs, got {h!r:.80}"
+            )
+
+
+def _join_v2(
+    timestamps: Sequence[Any],
+    keys: Sequence[Any],
+    values: Sequence[Any],
+    headers: Sequence[Any],
+    *,
+    checked: bool,
+) -> tuple[bytes, int, int]:
+    """A version 2 payload; unless ``checked``, every column's types are checked first."""
+    if not checked:
+        if set(map(type, timestamps)) != {int}:
+            raise MalformedError("record timestamps must be ints (ms since the Unix epoch)")
+        values = _as_bytes(values, "value", False)
+        keys = _as_bytes(keys, "key", True)
+    if headers.count(None) != len(headers):
+        _check_headers(headers)
+    return join_columns(timestamps, keys, values, headers)
 
 
 def encode_block_parts(
@@ -181,6 +264,7 @@ def encode_block_parts(
     sequence: int,
     compression: Compression = Compression.ZSTD,
     checked: bool = False,
+    version: int = BLOCK_VERSION,
 ) -> tuple[bytes, bytes | memoryview, bytes]:
     """The block of records given column by column (equal-length sequences), as
     ``(header, body, raw)``: the 56-byte header, the body, and the uncompressed record
@@ -206,8 +290,11 @@ def encode_block_parts(
             f"record columns differ in length: {len(timestamps)} timestamps, {len(keys)} "
             f"keys, {n} values, {len(headers)} headers"
         )
+    _check_version(version)
     joined = None
-    if headers.count(None) == n and (
+    if version == 2:
+        joined = _join_v2(timestamps, keys, values, headers, checked=checked)
+    elif headers.count(None) == n and (
         checked or (set(map(type, values)) == {bytes} and set(map(type, timestamps)) == {int})
     ):
         joined = join_records(timestamps, keys, values, checked=checked)
@@ -217,7 +304,7 @@ def encode_block_parts(
         min_timestamp, max_timestamp = min(timestamps), max(timestamps)
         raw = _pack(list(zip(timestamps, keys, values, headers, strict=True)))
     head, body = _frame(
-        raw, n, producer_id, epoch, sequence, compression, min_timestamp, max_timestamp
+        raw, n, producer_id, epoch, sequence, compression, min_timestamp, max_timestamp, version
     )
     return head, body, raw
 
@@ -240,6 +327,7 @@ def _frame(
     compression: Compression,
     min_timestamp: int,
     max_timestamp: int,
+    version: int = BLOCK_VERSION,
 ) -> tuple[bytes, bytes | memoryview]:
     """The header (with its CRC) and the body of a block whose record payload is ``raw``."""
     _check_range("producer_id", producer_id, 0, _U64)
@@ -259,7 +347,7 @@ def _frame(
         body, compression = raw, Compression.NONE
     rest = _HEADER.pack(
         BLOCK_MAGIC,
-        BLOCK_VERSION,
+        version,
         compression,
         0,
         producer_id,
@@ -288,10 +376,10 @@ def decode_block_header(
     )
     if magic != BLOCK_MAGIC:
         raise BadMagicError(f"not a MemQ producer block: magic {bytes(magic)!r}, want b'MB'")
-    if version != BLOCK_VERSION:
+    if version not in BLOCK_VERSIONS:
         raise _UnsupportedVersion(
             f"producer block version {version} is not supported (this reader knows "
-            f"{BLOCK_VERSION}): upgrade the reader"
+            f"{', '.join(map(str, BLOCK_VERSIONS))}): upgrade the reader"
         )
     try:
         compression = Compression(codec)
@@ -307,7 +395,7 @@ def decode_block_header(
         )
     if compression is Compression.NONE and ulen != blen:
         raise MalformedError(f"uncompressed block with body {blen} bytes but length {ulen}")
-    return BlockHeader(compression, crc, pid, epoch, seq, count, tmin, tmax, ulen, blen)
+    return BlockHeader(compression, crc, pid, epoch, seq, count, tmin, tmax, ulen, blen, version)
 
 
 def verify_block(
@@ -348,15 +436,13 @@ _KEY_TYPES = frozenset({bytes, _NONE})
 _HEADERS_TYPES = frozenset({tuple, _NONE})
 
 #: A block's records column by column: timestamps, keys, values, headers.
-Columns = tuple[tuple[int, ...], tuple[bytes | None, ...], tuple[bytes, ...], tuple[Any, ...]]
-
-
-def _unpack(buf: bytes | bytearray | memoryview, header: BlockHeader) -> tuple[Any, ...]:
-    return _unpack_raw(_payload(buf, header), header)
+#: Tuples; with ``views`` (version 2) the timestamps are an ``array('q')`` and the values
+#: a :class:`BinaryColumn`.
+Columns = tuple[Sequence[int], tuple[bytes | None, ...], Sequence[bytes], tuple[Any, ...]]
 
 
 def _payload(buf: bytes | bytearray | memoryview, header: BlockHeader) -> Any:
-    """The uncompressed msgpack record payload."""
+    """The uncompressed record payload."""
     body = memoryview(buf)[BLOCK_HEADER_SIZE : header.size]
     return decompress(header.compression, body, header.uncompressed_length)
 
@@ -385,36 +471,39 @@ def _first_bad(recs: tuple[Any, ...], header: BlockHeader) -> MalformedError:
             or (r[1] is not None and type(r[1]) is not bytes)
         ):
             return _bad_record(i, r)
-        hdrs = r[3]
-        if hdrs is not None and (
-            type(hdrs) is not tuple
-            or not all(
-                type(h) is tuple
-                and len(h) == 2
-                and type(h[0]) is str
-                and (h[1] is None or type(h[1]) is bytes)
-                for h in hdrs
-            )
-        ):
+        if not header_pairs_ok(r[3]):
             return _bad_record(i, r)
     return MalformedError("block records are malformed")
 
 
-def decode_columns(buf: bytes | bytearray | memoryview, header: BlockHeader) -> Columns:
+def decode_columns(
+    buf: bytes | bytearray | memoryview, header: BlockHeader, *, views: bool = False
+) -> Columns:
     """Decode a verified block's records column-wise, every record's shape and types checked.
 
-    The checks run in C (``map``, ``zip``, ``set``, ``min``/``max``), not in a Python loop
-    per record; only a block that fails them is walked record by record for the error.
+    Version 1: the checks run in C (``map``, ``zip``, ``set``, ``min``/``max``), not in a
+    Python loop per record; only a block that fails them is walked record by record for
+    the error. Version 2: lengths and offsets are checked, then ``views`` gives the values
+    as a :class:`BinaryColumn` over the payload (no copy per value) instead of a tuple.
     """
-    return _columns(_unpack(buf, header), header)
+    return _decode(_payload(buf, header), header, views)
 
 
 def decode_columns_with_crc(
-    buf: bytes | bytearray | memoryview, header: BlockHeader
+    buf: bytes | bytearray | memoryview, header: BlockHeader, *, views: bool = False
 ) -> tuple[Columns, int]:
     """:func:`decode_columns` plus the CRC-32 of the uncompressed record payload."""
     raw = _payload(buf, header)
-    return _columns(_unpack_raw(raw, header), header), crc32(raw)
+    return _decode(raw, header, views), crc32(raw)
+
+
+def _decode(raw: Any, header: BlockHeader, views: bool) -> Columns:
+    if header.version == 1:
+        return _columns(_unpack_raw(raw, header), header)
+    ts, keys, values, hdrs = split_columns(
+        raw, header.record_count, header.min_timestamp, header.max_timestamp
+    )
+    return (ts, keys, values, hdrs) if views else (tuple(ts), keys, values.materialize(), hdrs)
 
 
 def _columns(recs: tuple[Any, ...], header: BlockHeader) -> Columns:
@@ -443,15 +532,8 @@ def _columns(recs: tuple[Any, ...], header: BlockHeader) -> Columns:
         or not header_types <= _HEADERS_TYPES
     ):
         raise _first_bad(recs, header)
-    for h in hdrs if tuple in header_types else ():  # headers are rare: check those present
-        if h is not None and not all(
-            type(x) is tuple
-            and len(x) == 2
-            and type(x[0]) is str
-            and (x[1] is None or type(x[1]) is bytes)
-            for x in h
-        ):
-            raise _first_bad(recs, header)
+    if tuple in header_types and not all(map(header_pairs_ok, hdrs)):  # (rare: present)
+        raise _first_bad(recs, header)
     return ts, keys, values, hdrs
 
 

@@ -9,14 +9,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 
-from memq.formats.block import Header, encode_block_parts
+from memq.formats.block import BLOCK_VERSION, Header, encode_block_parts
 from memq.formats.compression import Compression
 from memq.formats.crc import crc32
 from memq.producer.futures import BlockResult, DeliveryCallback, RecordFuture
 
 __all__ = ["RECORD_OVERHEAD", "OpenBlock", "SealedBlock", "record_size"]
 
-#: msgpack framing of one record (array header, int64 timestamp, bin headers) plus slack.
+#: A record's bytes beside its key, value and headers, at most: version 2 blocks take 18
+#: (timestamp, value offset, key offset and bitmap bit, headers entry), version 1 17
+#: (msgpack's array head, int64 timestamp, nil key, bin head, nil headers); plus slack.
 RECORD_OVERHEAD = 24
 
 
@@ -175,10 +177,15 @@ class SealedBlock:
         return self.open.lane
 
     def encode(
-        self, producer_id: int, epoch: int, compression: Compression, content_crc: bool = False
+        self,
+        producer_id: int,
+        epoch: int,
+        compression: Compression,
+        content_crc: bool = False,
+        version: int = BLOCK_VERSION,
     ) -> tuple[bytes, bytes | memoryview]:
-        """The block's header and body (sent as two parts: never joined); with
-        ``content_crc`` also sets :attr:`content_crc` (audit)."""
+        """The block's header and body (sent as two parts: never joined) in block format
+        ``version``; with ``content_crc`` also sets :attr:`content_crc` (audit)."""
         o = self.open
         head, body, raw = encode_block_parts(
             o.timestamps,
@@ -190,6 +197,7 @@ class SealedBlock:
             sequence=self.sequence,
             compression=compression,
             checked=True,  # (produce() and produce_batch() took bytes and int only)
+            version=version,
         )
         if content_crc:
             self.content_crc = crc32(raw)

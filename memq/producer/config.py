@@ -8,6 +8,7 @@ from pydantic import Field, field_validator
 
 from memq.config import AuditedClientConfig
 from memq.errors import MemqError
+from memq.formats.block import BLOCK_VERSION
 from memq.formats.compression import Compression, parse_compression
 from memq.protocol import Ack, parse_ack
 
@@ -30,6 +31,10 @@ class ProducerConfig(AuditedClientConfig):
     #: Block codec: none, gzip, zstd or lz4 (the broker never recompresses); a block it
     #: would not shrink is stored uncompressed.
     compression_type: Compression = Field(default=Compression.ZSTD, alias="compression.type")
+    #: Block format the producer writes: 2 (columns: readers hand values on without a
+    #: copy each) or 1 (msgpack records) while some reader (consumer, Spark job, auditor)
+    #: does not know format 2 yet: upgrade every reader before producers write 2.
+    block_version: int = Field(default=BLOCK_VERSION, ge=1, le=2, alias="block.version")
     #: Retries of a failed request (bounded in time by delivery.timeout.ms).
     retries: int = Field(default=2_147_483_647, ge=0, alias="retries")
     #: First retry backoff; grows x2 per try, fully jittered.

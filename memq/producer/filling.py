@@ -27,7 +27,7 @@ from itertools import accumulate
 
 from memq.aio import LoopInbox
 from memq.errors import ClientClosedError, MemqError
-from memq.formats.block import BLOCK_HEADER_SIZE, Header
+from memq.formats.block import BLOCK_FRAME, Header
 from memq.producer.accumulator import OpenBlock, SealedBlock
 from memq.producer.config import ProducerConfig
 from memq.producer.futures import BatchFuture, BlockResult, DeliveryCallback, RecordFuture
@@ -249,9 +249,7 @@ class BlockFilling:
                 return
             seq = self._lane_opened.get(lane, 0)
             self._lane_opened[lane] = seq + 1
-            acc = OpenBlock(
-                lane[0], capacity=first - BLOCK_HEADER_SIZE, reserved=first, limit=limit
-            )
+            acc = OpenBlock(lane[0], capacity=first - BLOCK_FRAME, reserved=first, limit=limit)
             acc.lane, acc.lane_seq = lane[1], seq
             self._keyed[lane] = acc
             self._open.add(acc)
@@ -266,7 +264,7 @@ class BlockFilling:
             if self._closed:
                 raise ClientClosedError("producer is closed")
             self._reserve(first)
-            acc = OpenBlock(topic, capacity=first - BLOCK_HEADER_SIZE, reserved=first, limit=limit)
+            acc = OpenBlock(topic, capacity=first - BLOCK_FRAME, reserved=first, limit=limit)
             self._open.add(acc)
         self._inbox.call(self._arm_linger, acc)
         return acc
@@ -276,7 +274,7 @@ class BlockFilling:
         block header; so it never has to grow to take it), at least
         :data:`FIRST_RESERVE`, or for a busy topic its limit (at most buffer.memory:
         more would be admitted only once nothing else is buffered); at most ``limit``."""
-        first = max(FIRST_RESERVE, need + BLOCK_HEADER_SIZE)
+        first = max(FIRST_RESERVE, need + BLOCK_FRAME)
         if topic in self._busy:
             first = max(first, self.config.buffer_memory)
         return min(limit, first)
@@ -287,7 +285,7 @@ class BlockFilling:
         as opening a block does (up to max.block.ms, then BufferFullError; never in a
         delivery callback). Under load blocks so stay as large as batch.size allows.
         False: it is sealed or can grow no more (the caller seals it)."""
-        want = acc.size + need + BLOCK_HEADER_SIZE
+        want = acc.size + need + BLOCK_FRAME
         cap = self.config.buffer_memory
         if want > acc.limit or want > cap:
             return False
@@ -304,7 +302,7 @@ class BlockFilling:
                     self._freed()
                     return not acc.sealed
                 acc.reserved = new
-                acc.capacity = new - BLOCK_HEADER_SIZE
+                acc.capacity = new - BLOCK_FRAME
         return True
 
     def _reserve(self, size: int) -> None:

@@ -27,7 +27,7 @@ from memq.client.bootstrap import resolve_client
 from memq.client.stats import StatsCollector, split_stats_cb, stats_ticker
 from memq.config.base import check_timeout
 from memq.errors import ClientClosedError, ConfigError, MemqError, MessageTooLargeError
-from memq.formats.block import BLOCK_HEADER_SIZE, INT64_MAX, INT64_MIN, Header
+from memq.formats.block import BLOCK_FRAME, INT64_MAX, INT64_MIN, Header
 from memq.formats.keys import validate_name
 from memq.producer.accumulator import RECORD_OVERHEAD, OpenBlock, SealedBlock, record_size
 from memq.producer.config import ProducerConfig
@@ -248,7 +248,7 @@ class Producer(BlockFilling):
             if fut is not None:
                 return fut
         limit = self._limits.get(topic) or self._block_limit(topic)
-        if size + BLOCK_HEADER_SIZE > limit:
+        if size + BLOCK_FRAME > limit:
             raise MessageTooLargeError(
                 f"record of {size} bytes does not fit in a block of at most {limit} bytes "
                 "(batch.size, capped by the topic's max_block_bytes)"
@@ -329,7 +329,7 @@ class Producer(BlockFilling):
 
     @staticmethod
     def _check_fits(size: int, limit: int) -> None:
-        if size + BLOCK_HEADER_SIZE > limit:
+        if size + BLOCK_FRAME > limit:
             raise MessageTooLargeError(
                 f"a record of {size} bytes does not fit in a block of at most {limit} "
                 "bytes (batch.size, capped by the topic's max_block_bytes)"

@@ -193,7 +193,10 @@ class Sender:
     async def _send(self, block: SealedBlock) -> None:
         loop = asyncio.get_running_loop()
         cfg = self.config
-        args = (self.producer_id, self.epoch, cfg.compression_type, self.content_crc)
+        args = (
+            self.producer_id, self.epoch, cfg.compression_type, self.content_crc,
+            cfg.block_version,
+        )  # fmt: skip
         try:
             if block.open.size <= INLINE_ENCODE_BYTES:
                 # A small block (a trickling topic) costs less to encode here than the hop

@@ -178,7 +178,7 @@ def kafka_seeds() -> list[bytes]:
 TARGETS: dict[str, tuple[Callable[[bytes], object], Callable[[bytearray], object] | None, str]] = {
     "frame": (lambda d: decode_frame(d, max_frame_size=LIMIT), fix_frame_crc, "frame_*.bin"),
     "stream": (_stream, None, "frame_*.bin"),
-    "block": (lambda d: decode_block(d, max_uncompressed=LIMIT), fix_block_crc, "block_*.bin"),
+    "block": (lambda d: decode_block(d, max_uncompressed=LIMIT), fix_block_crc, "block*.bin"),
     "batch": (lambda d: decode_batch(d, max_uncompressed=LIMIT), fix_batch_crcs, "batch.bin"),
     "notification": (decode_notification, fix_json_crc, "notification.json"),
     "audit": (decode_audit, fix_json_crc, "notification.json"),

@@ -53,6 +53,7 @@ def test_memq_bench_quick_writes_report_plots_and_json(
     con = sec["consume"]["rows"]
     assert _spread_ok(con["s3"]["vs_s3_raw_get"]) and _spread_ok(con["filesystem"]["MBps"])
     assert _spread_ok(con["s3"]["cpu_s_per_GiB"]["client"])
+    assert _spread_ok(con["s3_arrow"]["vs_s3_raw_get"])
     assert "skipped" in sec["backfill"]
     cells = sec["scaling"]["cells"]
     assert set(cells) == {"1p-1b", "2p-1b", "1p-3b", "2p-3b"}

@@ -128,3 +128,67 @@ def test_consume_batch_hands_out_what_consume_does_with_commits_and_dedup(
     # At least once: nothing is lost across the commit.
     assert set(records) <= {(m.timestamp, m.key, m.value, m.headers) for m in first + rest}
     assert (first, rest) == split(batched=False)
+
+
+def test_blocks_of_both_formats_read_the_same_and_to_arrow_shares_version_2_values(
+    memq_stack: StackState, s3_bucket: str, unique_name: Any
+) -> None:
+    """Producers writing block format 1 and 2 to one topic: the consumer hands out every
+    record once, the same either way; ``to_arrow()`` holds them all, and the values of
+    format 2 blocks are the fetched bytes themselves (Arrow allocates none for them)."""
+    import pyarrow as pa
+
+    topic = unique_name("cb2")
+    cfg = broker_config(
+        memq_stack, bucket=s3_bucket, topics=[topic], batch_bytes=256 * 1024, batch_ms=50,
+        partitions=1,
+    )  # fmt: skip
+    sent: dict[int, list[tuple[Any, ...]]] = {1: [], 2: []}
+    with BrokerThread(cfg) as b:
+        for version in (1, 2):
+            conf = {"bootstrap.servers": b.address, "linger.ms": 5, "block.version": version}
+            with Producer(conf) as p:
+                for i in range(1500):
+                    rec = (
+                        1_700_000_000_000 + i,
+                        None if i % 4 else b"k%d" % i,
+                        b"v%d-%d-" % (version, i) + bytes([i % 256]) * (i % 900),
+                        (("h", b"%d" % i),) if i % 5 == 0 else None,
+                    )
+                    sent[version].append(rec)
+                    p.produce(topic, rec[2], key=rec[1], headers=rec[3], timestamp=rec[0])
+                assert p.flush(60) == 0
+        conf = {"bootstrap.servers": b.address, "auto.offset.reset": "earliest"}
+        with Consumer(conf) as c:
+            c.assign([(topic, 0, 0)])
+            batches = drain_batches(c, 3000, 700)
+    got = [r for batch in batches for r in rows(batch)]
+    want = sent[1] + sent[2]
+    assert Counter(got) == Counter(want) and len(got) == len(want)
+    # Both formats really were read: the chunks' value columns say which.
+    kinds = {type(ch.values).__name__ for batch in batches for ch in batch.chunks}
+    assert kinds == {"tuple", "BinaryColumn"}
+    before = pa.total_allocated_bytes()
+    tables = [batch.to_arrow() for batch in batches]
+    v2_bytes = sum(
+        ch.values.nbytes() for batch in batches for ch in batch.chunks
+        if type(ch.values).__name__ == "BinaryColumn"
+    )  # fmt: skip
+    v1_bytes = sum(len(v) for _, _, v, _ in sent[1])
+    grown = pa.total_allocated_bytes() - before
+    assert v2_bytes == sum(len(v) for _, _, v, _ in sent[2])
+    assert grown < v1_bytes + v2_bytes // 4  # (format 1's values are copied in, not 2's)
+    table = pa.concat_tables(tables)
+    assert table.num_rows == len(want)
+    arrow_rows = [
+        (
+            round(r["timestamp"].timestamp() * 1000),
+            r["key"],
+            r["value"],
+            None if r["headers"] is None else tuple((h["name"], h["value"]) for h in r["headers"]),
+        )
+        for r in table.to_pylist()
+    ]
+    assert Counter(arrow_rows) == Counter(want)
+    assert set(table.column("partition").to_pylist()) == {0}
+    assert sum(b.value_bytes() for b in batches) == v1_bytes + v2_bytes

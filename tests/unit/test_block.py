@@ -28,12 +28,15 @@ RECS = [
 ]
 
 
-@given(record_lists, compressions, u64, u32, u64)
+@given(record_lists, compressions, u64, u32, u64, st.sampled_from([1, 2]))
 @settings(max_examples=300)
-def test_round_trip(records, codec, pid, epoch, seq):
-    data = encode_block(records, producer_id=pid, epoch=epoch, sequence=seq, compression=codec)
+def test_round_trip(records, codec, pid, epoch, seq, version):
+    data = encode_block(
+        records, producer_id=pid, epoch=epoch, sequence=seq, compression=codec, version=version
+    )
     header, out = decode_block(data)
     assert out == records
+    assert header.version == version
     assert (header.producer_id, header.epoch, header.sequence) == (pid, epoch, seq)
     assert header.record_count == len(records)
     assert header.min_timestamp == min(r[0] for r in records)
@@ -71,8 +74,9 @@ def test_specific_errors():
     data = bytearray(encode_block(RECS, producer_id=1, epoch=0, sequence=0))
     with pytest.raises(BadMagicError):
         decode_block(b"XX" + data[2:])
-    with pytest.raises(UnsupportedVersionError):
-        decode_block(data[:2] + b"\x02" + data[3:])
+    for version in (0, 3, 255):
+        with pytest.raises(UnsupportedVersionError, match="knows 1, 2"):
+            decode_block(data[:2] + bytes((version,)) + data[3:])
     with pytest.raises(TruncatedError):
         decode_block(data[:-1])
     with pytest.raises(MalformedError):
@@ -84,13 +88,17 @@ def test_specific_errors():
 
 
 def _forge(
-    records_body: bytes, count: int, codec: Compression = Compression.NONE, ulen: int | None = None
+    records_body: bytes,
+    count: int,
+    codec: Compression = Compression.NONE,
+    ulen: int | None = None,
+    version: int = 1,
 ) -> bytes:
     """A block with a valid CRC around arbitrary body bytes (a hostile producer)."""
     import zlib
 
     ulen = len(records_body) if ulen is None else ulen
-    head = _HEADER.pack(b"MB", 1, codec, 0, 1, 0, 0, count, 0, 10, ulen, len(records_body))
+    head = _HEADER.pack(b"MB", version, codec, 0, 1, 0, 0, count, 0, 10, ulen, len(records_body))
     crc = zlib.crc32(records_body, zlib.crc32(head[8:], zlib.crc32(head[:4])))
     return head[:4] + crc.to_bytes(4, "big") + head[8:] + records_body
 
@@ -111,6 +119,88 @@ def _forge(
 def test_crc_valid_but_hostile_bodies_are_malformed(body):
     with pytest.raises(MalformedError):
         decode_block(_forge(body, 1))
+
+
+def _v2(*parts: bytes, flags: int = 0, reserved: bytes = bytes(7)) -> bytes:
+    return bytes((flags,)) + reserved + b"".join(parts)
+
+
+def _i64(*xs: int) -> bytes:
+    return b"".join(x.to_bytes(8, "little", signed=True) for x in xs)
+
+
+def _i32(*xs: int) -> bytes:
+    return b"".join(x.to_bytes(4, "little", signed=True) for x in xs)
+
+
+V2_GOOD = _v2(_i64(5, 6), _i32(0, 1, 3), b"abc")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        _v2(_i64(5, 6), _i32(0, 1, 3), b"abc", flags=0x04),  # reserved columns bit
+        _v2(_i64(5, 6), _i32(0, 1, 3), b"abc", reserved=b"\x01" + bytes(6)),
+        _v2(_i64(5, 6), _i32(0, 1)),  # too short for 2 records
+        _v2(_i64(5, 11), _i32(0, 1, 3), b"abc"),  # timestamp 11 outside [0, 10]
+        _v2(_i64(-1, 6), _i32(0, 1, 3), b"abc"),  # timestamp -1 outside [0, 10]
+        _v2(_i64(5, 6), _i32(1, 1, 3), b"abc"),  # offsets do not start at 0
+        _v2(_i64(5, 6), _i32(0, 2, 1), b"abc"),  # offsets go down
+        _v2(_i64(5, 6), _i32(0, -1, 3), b"abc"),  # a negative offset
+        _v2(_i64(5, 6), _i32(0, 1, 4), b"abc"),  # values past the payload
+        _v2(_i64(5, 6), _i32(0, 1, 3), b"abcd"),  # a byte after the columns
+        _v2(_i64(5, 6), _i32(0, 1, 3), b"abc", b"\x04", _i32(0, 0, 0), flags=1),  # key bit 2
+        _v2(_i64(5, 6), _i32(0, 1, 3), b"abc", b"\x01", _i32(0, 1, 2), b"kk", flags=1),
+        _v2(_i64(5, 6), _i32(0, 1, 3), b"abc", b"\x01", _i32(0, 1, 5), b"k", flags=1),
+        _v2(_i64(5, 6), _i32(0, 1, 3), b"abc", b"\x03", _i32(0, 1), flags=1),  # short
+        _v2(_i64(5, 6), _i32(0, 1, 3), b"abc", b"\x92\xc0", flags=2),  # one header of two
+        _v2(_i64(5, 6), _i32(0, 1, 3), b"abc", b"\x91\xc0", flags=2),  # one entry for 2
+        _v2(_i64(5, 6), _i32(0, 1, 3), b"abc", b"\x92\xc0\x91\x92\x01\xc0", flags=2),
+        _v2(_i64(5, 6), _i32(0, 1, 3), b"abc", b"\xc1", flags=2),  # not msgpack
+        _v2(_i64(5, 6), _i32(0, 1, 3), b"abc", b"\x92\xc0\xc0\xc0", flags=2),  # trailing
+        _v2(_i64(5, 6), _i32(0, 1, 3), b"abc", flags=2),  # headers flagged, none there
+    ],
+)
+def test_crc_valid_but_hostile_version_2_bodies_are_malformed(body):
+    assert decode_block(_forge(V2_GOOD, 2, version=2))[1] == [
+        (5, None, b"a", None),
+        (6, None, b"bc", None),
+    ]
+    with pytest.raises(MalformedError):
+        decode_block(_forge(body, 2, version=2))
+
+
+def test_version_2_keys_and_headers_decode_from_their_columns():
+    body = _v2(
+        _i64(5, 6, 7), _i32(0, 1, 1, 3), b"abc", b"\x05", _i32(0, 2, 2, 3), b"k1z",
+        b"\x93\x91\x92\xa1h\xc4\x01x\xc0\x90",
+        flags=3,
+    )  # fmt: skip
+    assert decode_block(_forge(body, 3, version=2))[1] == [
+        (5, b"k1", b"a", (("h", b"x"),)),
+        (6, None, b"", None),
+        (7, b"z", b"bc", ()),
+    ]
+
+
+def test_version_2_refuses_what_it_cannot_hold_in_one_line():
+    enc = lambda recs: encode_block(recs, producer_id=1, epoch=0, sequence=0)  # noqa: E731
+    for bad, match in [
+        ([(True, None, b"v", None)], "timestamps must be ints"),
+        ([(1.5, None, b"v", None)], "timestamps must be ints"),
+        ([(1 << 63, None, b"v", None)], "signed 64-bit"),
+        ([(1, None, "text", None)], "value must be bytes, got str"),
+        ([(1, 7, b"v", None)], "key must be bytes, got int"),
+        ([(1, None, b"v", [(b"name", b"v")])], "headers must be"),
+        ([(1, None, b"v", [("name", "v")])], "headers must be"),
+        ([(1, None, b"v")], "timestamp, key, value, headers"),
+    ]:
+        with pytest.raises(MalformedError, match=match):
+            enc(bad)
+    # bytes-like values and keys are taken as their bytes (a memoryview by its size)
+    wide = memoryview(bytes(range(8))).cast("I")
+    _, out = decode_block(enc([(1, bytearray(b"k"), wide, [["h", None]])]))
+    assert out == [(1, b"k", bytes(range(8)), (("h", None),))]
 
 
 def test_decompression_is_bounded_by_the_header_limit():
@@ -198,9 +288,10 @@ def _run_records(draw: st.DrawFn) -> list[tuple[object, ...]]:
     u32,
     u64,
     st.booleans(),
+    st.sampled_from([1, 2]),
 )
 @settings(max_examples=300, deadline=None)
-def test_block_parts_equal_encode_block(records, codec, pid, epoch, seq, checked):
+def test_block_parts_equal_encode_block(records, codec, pid, epoch, seq, checked, version):
     """Headerless records are joined without msgpack, the rest go through it: either
     way header + body are exactly encode_block's bytes, and raw is the payload."""
     from memq.formats.block import encode_block_parts
@@ -209,8 +300,11 @@ def test_block_parts_equal_encode_block(records, codec, pid, epoch, seq, checked
     head, body, raw = encode_block_parts(
         ts, keys, values, hdrs, producer_id=pid, epoch=epoch, sequence=seq, compression=codec,
         checked=checked,  # (the strategies make only bytes values and int timestamps)
+        version=version,
     )  # fmt: skip
-    want = encode_block(records, producer_id=pid, epoch=epoch, sequence=seq, compression=codec)
+    want = encode_block(
+        records, producer_id=pid, epoch=epoch, sequence=seq, compression=codec, version=version
+    )
     assert bytes(head) + bytes(body) == want
     assert decode_block(want)[1] == records
     if codec is Compression.NONE:
@@ -224,18 +318,30 @@ def test_block_parts_many_records_use_array16_and_array32_headers():
         recs = [(7, None, b"", None)] * n
         head, body, _ = encode_block_parts(
             [7] * n, [None] * n, [b""] * n, [None] * n,
-            producer_id=1, epoch=0, sequence=0, compression=Compression.NONE,
+            producer_id=1, epoch=0, sequence=0, compression=Compression.NONE, version=1,
         )  # fmt: skip
         assert head + body == encode_block(
-            recs, producer_id=1, epoch=0, sequence=0, compression=Compression.NONE
+            recs, producer_id=1, epoch=0, sequence=0, compression=Compression.NONE, version=1
         )
 
 
 def test_block_parts_reject_what_encode_block_rejects():
     from memq.formats.block import encode_block_parts
 
-    def parts(ts: list, keys: list, values: list, hdrs: list) -> object:
-        return encode_block_parts(ts, keys, values, hdrs, producer_id=1, epoch=0, sequence=0)
+    def parts(ts: list, keys: list, values: list, hdrs: list, version: int = 1) -> object:
+        return encode_block_parts(
+            ts, keys, values, hdrs, producer_id=1, epoch=0, sequence=0, version=version
+        )
+
+    for v in (1, 2):
+        with pytest.raises(MalformedError, match="block version must be one of"):
+            parts([1], [None], [b"a"], [None], version=v + 2)
+    with pytest.raises(MalformedError, match="must be bytes, got object"):
+        parts([1], [None], [object()], [None], version=2)
+    with pytest.raises(MalformedError, match="timestamp"):
+        parts([1 << 63], [None], [b"a"], [None], version=2)
+    with pytest.raises(MalformedError, match="timestamps must be ints"):
+        parts([True], [None], [b"a"], [None], version=2)
 
     with pytest.raises(MalformedError, match="at least one record"):
         parts([], [], [], [])
@@ -260,6 +366,9 @@ def test_a_block_is_never_larger_than_its_uncompressed_form(codec):
         data = encode_block([(5, None, value[:n], None)], producer_id=1, epoch=0, sequence=0,
                             compression=codec)  # fmt: skip
         header = decode_block_header(data)
+        assert len(data) <= BLOCK_HEADER_SIZE + header.uncompressed_length
+        if n <= 100:  # (version 2: its 24 bytes of columns, mostly zeros, may shrink)
+            continue
         assert header.compression is Compression.NONE
         assert len(data) == BLOCK_HEADER_SIZE + header.uncompressed_length
         assert decode_block(data)[1] == [(5, None, value[:n], None)]

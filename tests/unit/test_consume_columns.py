@@ -31,7 +31,8 @@ from memq.formats.block import (
     BlockHeader,
     _columns,
     _first_bad,
-    _unpack,
+    _payload,
+    _unpack_raw,
     decode_columns,
     decode_columns_with_crc,
     verify_block,
@@ -104,10 +105,19 @@ def test_columns_of_the_golden_vectors_are_the_reference_ones() -> None:
 @given(record_lists, compressions)
 @settings(max_examples=200)
 def test_columns_of_random_blocks_are_the_reference_ones(records, codec) -> None:
-    data = encode_block(records, producer_id=1, epoch=0, sequence=0, compression=codec)
+    data = encode_block(records, producer_id=1, epoch=0, sequence=0, compression=codec, version=1)
     header = verify_block(data)
-    recs = _unpack(data, header)
-    assert decode_columns(data, header) == reference_columns(recs, header)
+    recs = _unpack_raw(_payload(data, header), header)
+    cols = decode_columns(data, header)
+    assert cols == reference_columns(recs, header)
+    # Version 2 holds the same records: the same columns, as tuples or as views.
+    data2 = encode_block(records, producer_id=1, epoch=0, sequence=0, compression=codec)
+    header2 = verify_block(data2)
+    assert header2.version == 2
+    assert decode_columns(data2, header2) == cols
+    ts, keys, values, hdrs = decode_columns(data2, header2, views=True)
+    assert (tuple(ts), keys, tuple(values), hdrs) == cols
+    assert values.to_arrow().to_pylist() == list(cols[2])
 
 
 BAD_RECORDS: list[Any] = [

@@ -8,17 +8,19 @@ from hypothesis import strategies as st
 
 from memq.errors import RequestTimeoutError, StorageError
 from memq.formats import Compression, decode_block_header, encode_block, verify_block
-from memq.formats.block import BLOCK_HEADER_SIZE
+from memq.formats.block import BLOCK_FRAME, BLOCK_HEADER_SIZE
 from memq.producer.accumulator import OpenBlock, record_size
 from memq.producer.futures import BlockResult
 from tests.unit.strategies import records
 
 
-@given(st.lists(records, min_size=1, max_size=30))
-def test_record_size_bounds_the_encoded_size(recs):
-    block = encode_block(recs, producer_id=1, epoch=0, sequence=0, compression=Compression.NONE)
+@given(st.lists(records, min_size=1, max_size=30), st.sampled_from([1, 2]))
+def test_record_size_bounds_the_encoded_size(recs, version):
+    block = encode_block(
+        recs, producer_id=1, epoch=0, sequence=0, compression=Compression.NONE, version=version
+    )
     body = decode_block_header(block).uncompressed_length
-    assert body <= sum(record_size(k, v, h) for _, k, v, h in recs)
+    assert len(block) <= BLOCK_FRAME + sum(record_size(k, v, h) for _, k, v, h in recs)
     assert len(block) - BLOCK_HEADER_SIZE == body
 
 

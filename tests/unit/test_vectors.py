@@ -46,15 +46,27 @@ def test_block_vectors_decode(name):
     header, records = decode_block((VEC / name).read_bytes())
     assert records == RECORDS
     assert header.compression.name.lower() == meta["compression"]
+    assert header.version == meta["version"]
     for f in ("producer_id", "epoch", "sequence", "record_count", "min_timestamp", "max_timestamp"):
         assert getattr(header, f) == meta[f]
 
 
-def test_uncompressed_block_encodes_byte_exact():
+@pytest.mark.parametrize(
+    ("version", "codec", "name"),
+    [
+        (1, Compression.NONE, "block_none.bin"),
+        (1, Compression.LZ4, "block_lz4.bin"),
+        (2, Compression.NONE, "block2_none.bin"),
+        (2, Compression.LZ4, "block2_lz4.bin"),
+        (2, Compression.ZSTD, "block2_zstd.bin"),
+    ],
+)
+def test_blocks_encode_byte_exact(version, codec, name):
     data = encode_block(
-        RECORDS, producer_id=0x0123456789ABCDEF, epoch=7, sequence=42, compression=Compression.NONE
-    )
-    assert data == (VEC / "block_none.bin").read_bytes()
+        RECORDS, producer_id=0x0123456789ABCDEF, epoch=7, sequence=42, compression=codec,
+        version=version,
+    )  # fmt: skip
+    assert data == (VEC / name).read_bytes()
 
 
 def test_batch_vector():
@@ -67,10 +79,20 @@ def test_batch_vector():
     again = encode_batch(
         [
             encode_block(
-                RECORDS[:2], producer_id=1, epoch=0, sequence=0, compression=Compression.NONE
+                RECORDS[:2],
+                producer_id=1,
+                epoch=0,
+                sequence=0,
+                compression=Compression.NONE,
+                version=1,
             ),
             encode_block(
-                RECORDS[2:], producer_id=2, epoch=3, sequence=9, compression=Compression.NONE
+                RECORDS[2:],
+                producer_id=2,
+                epoch=3,
+                sequence=9,
+                compression=Compression.NONE,
+                version=1,
             ),
         ]
     )

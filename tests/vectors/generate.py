@@ -50,15 +50,15 @@ def records_json(records: list[Any]) -> list[Any]:
 
 def main() -> None:
     manifest: dict[str, Any] = {"records": records_json(RECORDS), "blocks": {}}
-    blocks = {}
-    for codec in Compression:
-        name = f"block_{codec.name.lower()}.bin"
+    for version, codec in [(v, c) for v in (1, 2) for c in Compression]:
+        name = f"block{'' if version == 1 else version}_{codec.name.lower()}.bin"
         data = encode_block(
-            RECORDS, producer_id=0x0123456789ABCDEF, epoch=7, sequence=42, compression=codec
-        )
+            RECORDS, producer_id=0x0123456789ABCDEF, epoch=7, sequence=42, compression=codec,
+            version=version,
+        )  # fmt: skip
         (HERE / name).write_bytes(data)
-        blocks[codec] = data
         manifest["blocks"][name] = {
+            "version": version,
             "compression": codec.name.lower(),
             "producer_id": 0x0123456789ABCDEF,
             "epoch": 7,
@@ -70,10 +70,20 @@ def main() -> None:
     batch = encode_batch(
         [
             encode_block(
-                RECORDS[:2], producer_id=1, epoch=0, sequence=0, compression=Compression.NONE
+                RECORDS[:2],
+                producer_id=1,
+                epoch=0,
+                sequence=0,
+                compression=Compression.NONE,
+                version=1,
             ),
             encode_block(
-                RECORDS[2:], producer_id=2, epoch=3, sequence=9, compression=Compression.NONE
+                RECORDS[2:],
+                producer_id=2,
+                epoch=3,
+                sequence=9,
+                compression=Compression.NONE,
+                version=1,
             ),
         ]
     )
