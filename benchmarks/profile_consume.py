@@ -7,8 +7,8 @@ The stack (S3, Kafka, ZooKeeper, one broker) is left running under ``--dir`` bet
 runs so a profile (``py-spy record -o out.svg -- python benchmarks/profile_consume.py
 consume``) measures consuming only::
 
-    python benchmarks/profile_consume.py load [--records N]   # start the stack, load
-    python benchmarks/profile_consume.py consume [--batch]    # Consumer.consume / consume_batch
+    python benchmarks/profile_consume.py load [--records N] [--block-version 1|2]
+    python benchmarks/profile_consume.py consume [--batch [count|values|arrow]]
     python benchmarks/profile_consume.py raw                  # boto3 GETs of the objects
     python benchmarks/profile_consume.py down                 # stop the stack
 
@@ -79,7 +79,7 @@ def _info_path(d: Path) -> Path:
     return d / "profile-consume.json"
 
 
-def load(d: Path, records: int) -> None:
+def load(d: Path, records: int, block_version: int = 2) -> None:
     d.mkdir(parents=True, exist_ok=True)
     state = DevStack(d).up(brokers=0, auditor=False)
     os.environ.update(state.aws_env())
@@ -112,7 +112,12 @@ def load(d: Path, records: int) -> None:
     keys: set[str] = set()
     t0 = time.monotonic()
     with Producer(
-        {"bootstrap.servers": info["endpoint"], "compression.type": "none", "linger.ms": 5}
+        {
+            "bootstrap.servers": info["endpoint"],
+            "compression.type": "none",
+            "linger.ms": 5,
+            "block.version": block_version,
+        }
     ) as p:
         futs = []
         for i in range(records):
@@ -144,7 +149,12 @@ def load(d: Path, records: int) -> None:
     benchlib.eprint(f"{len(objects)} objects; info in {_info_path(d)}")
 
 
-def consume(d: Path, batch: bool, max_records: int, extra: dict[str, str]) -> dict[str, Any]:
+def consume(d: Path, batch: str | None, max_records: int, extra: dict[str, str]) -> dict[str, Any]:
+    """``batch``: None (``consume()``), or ``consume_batch()`` with ``count`` (the values'
+    bytes from ``value_bytes()``: no value touched), ``values`` (the ``values`` list) or
+    ``arrow`` (``to_arrow()``, the bytes summed by Arrow)."""
+    import pyarrow.compute as pc
+
     info = json.loads(_info_path(d).read_text())
     os.environ.update(info["env"])
     from memq import Consumer
@@ -168,7 +178,12 @@ def consume(d: Path, batch: bool, max_records: int, extra: dict[str, str]) -> di
         if batch:
             b = c.consume_batch(max_records, 1.0)
             k = len(b)
-            size = b.value_bytes()
+            if batch == "values":
+                size = sum(map(len, b.values))
+            elif batch == "arrow":
+                size = pc.sum(pc.binary_length(b.to_arrow().column("value"))).as_py() or 0
+            else:
+                size = b.value_bytes()
         else:
             msgs = c.consume(max_records, 1.0)
             k = len(msgs)
@@ -184,7 +199,7 @@ def consume(d: Path, batch: bool, max_records: int, extra: dict[str, str]) -> di
     if got != n:
         raise RuntimeError(f"consumed {got} of {n}")
     return {
-        "mode": "consume_batch" if batch else "consume",
+        "mode": f"consume_batch ({batch})" if batch else "consume",
         "records": got,
         "payload_MB": round(nbytes / 1e6, 1),
         "seconds": round(seconds, 2),
@@ -235,12 +250,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("what", choices=["load", "consume", "raw", "down"])
     ap.add_argument("--dir", type=Path, default=Path("/tmp/memq-profile-consume"))
     ap.add_argument("--records", type=int, default=1 << 20, help="default 1 GiB of records")
-    ap.add_argument("--batch", action="store_true", help="use Consumer.consume_batch")
+    ap.add_argument(
+        "--batch", nargs="?", const="count", choices=["count", "values", "arrow"],
+        help="use Consumer.consume_batch: count value_bytes() (default), the values, to_arrow()",
+    )  # fmt: skip
+    ap.add_argument("--block-version", type=int, default=2, choices=[1, 2], help="load: format")
     ap.add_argument("--max", type=int, default=2000, help="records per consume call")
     ap.add_argument("--set", action="append", default=[], help="consumer setting key=value")
     args = ap.parse_args(argv)
     if args.what == "load":
-        load(args.dir, args.records)
+        load(args.dir, args.records, args.block_version)
     elif args.what == "down":
         DevStack(args.dir).down()
     else:

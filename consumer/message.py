@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Sequence
+from functools import cache
 from itertools import accumulate, chain, repeat
 from typing import Any, NamedTuple, overload
 
@@ -301,6 +302,7 @@ class RecordBatch:
         ]
 
 
+@cache
 def _arrow_schema(pa: Any) -> Any:
     header = pa.struct([("name", pa.string()), ("value", pa.binary())])
     return pa.schema(

@@ -28,7 +28,7 @@ import struct
 import sys
 from array import array
 from collections.abc import Iterator, Sequence
-from itertools import accumulate, compress
+from itertools import accumulate
 from operator import eq, sub
 from typing import Any, overload
 
@@ -93,8 +93,8 @@ def join_columns(
     tail: list[bytes] = []
     if keys.count(None) != n:
         flags |= KEYS
-        present = [k is not None for k in keys]
-        bits = sum(1 << i for i in compress(range(n), present))
+        # (the bitmap as one int parsed from a string of bits, last record first: linear)
+        bits = int("".join(["0" if k is None else "1" for k in reversed(keys)]), 2)
         joined_keys = [b"" if k is None else k for k in keys]
         tail += [
             bits.to_bytes((n + 7) // 8, "little"),
@@ -117,15 +117,22 @@ class BinaryColumn(Sequence[bytes]):
     of ``bytes`` that copies a value out only when it is asked for. Slices share the
     buffer; :meth:`to_arrow` is an Arrow array over it without a copy."""
 
-    __slots__ = ("_data", "_offsets", "_start", "_stop")
+    __slots__ = ("_data", "_made", "_offsets", "_start", "_stop")
 
     def __init__(
-        self, data: Any, offsets: array[int], start: int = 0, stop: int | None = None
+        self,
+        data: Any,
+        offsets: array[int],
+        start: int = 0,
+        stop: int | None = None,
+        made: list[tuple[bytes, ...] | None] | None = None,
     ) -> None:
-        self._data = data  # bytes or a memoryview of bytes: offsets index into it
+        self._data = data  # a memoryview (or bytes): the offsets index into it
         self._offsets = offsets  # n + 1 entries
         self._start = start
         self._stop = len(offsets) - 1 if stop is None else stop
+        #: Every value of the buffer as ``bytes`` once made, shared by the slices.
+        self._made: list[tuple[bytes, ...] | None] = [None] if made is None else made
 
     def __len__(self) -> int:
         return self._stop - self._start
@@ -139,7 +146,9 @@ class BinaryColumn(Sequence[bytes]):
             a, b, step = i.indices(len(self))
             if step != 1:
                 return tuple(self)[i]  # type: ignore[return-value]
-            return BinaryColumn(self._data, self._offsets, self._start + a, self._start + max(a, b))
+            return BinaryColumn(
+                self._data, self._offsets, self._start + a, self._start + max(a, b), self._made
+            )
         n = len(self)
         if not -n <= i < n:
             raise IndexError("BinaryColumn index out of range")
@@ -150,12 +159,19 @@ class BinaryColumn(Sequence[bytes]):
         return iter(self.materialize())
 
     def materialize(self) -> tuple[bytes, ...]:
-        """The values as a tuple of ``bytes``, made in C by one ``struct`` unpack (its
-        format, ``"<len>s"`` per value, joined from cached pieces): about msgpack's
-        speed, a third of slicing them one by one in Python."""
-        ends = self._offsets[self._start : self._stop + 1].tolist()
-        fmt = "".join(map(_FORMATS.__getitem__, map(sub, ends[1:], ends[:-1])))
-        return struct.unpack_from(fmt, self._data, ends[0])
+        """The values as a tuple of ``bytes``. All the buffer's values are made at once,
+        the first time any slice of it asks, and shared by its slices (a consumer hands
+        a block out in parts): in C by one ``struct`` unpack whose format, ``"<len>s"``
+        per value, is joined from cached pieces (about msgpack's speed, a third of
+        slicing them one by one in Python)."""
+        made = self._made[0]
+        if made is None:
+            ends = self._offsets.tolist()
+            fmt = "".join(map(_FORMATS.__getitem__, map(sub, ends[1:], ends[:-1])))
+            made = self._made[0] = struct.unpack_from(fmt, self._data, ends[0])
+        if self._start == 0 and self._stop == len(made):
+            return made
+        return made[self._start : self._stop]
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, BinaryColumn | tuple | list):
@@ -236,8 +252,7 @@ def split_columns(
         )
     voffs = _checked_offsets(view, pos, n, end, "value")
     pos += 4 * (n + 1)
-    data = raw[pos : pos + voffs[n]] if type(raw) is bytes else view[pos : pos + voffs[n]]
-    values = BinaryColumn(data, voffs)
+    values = BinaryColumn(view[pos : pos + voffs[n]], voffs)  # (a view: no copy)
     pos += voffs[n]
     keys: tuple[bytes | None, ...] = (None,) * n
     if flags & KEYS:
@@ -264,13 +279,11 @@ def _split_keys(
     koffs = _checked_offsets(view, pos, n, end, "key")
     pos += 4 * (n + 1)
     data = bytes(view[pos : pos + koffs[n]])
-    present = [(bits >> i) & 1 for i in range(n)]
-    keys = tuple(
-        data[a:b] if p else None for p, a, b in zip(present, koffs[:-1], koffs[1:], strict=True)
-    )
-    if any(b > a for p, a, b in zip(present, koffs[:-1], koffs[1:], strict=True) if not p):
+    present = format(bits, f"0{n}b")[::-1]  # record i's bit at i (linear, unlike shifts)
+    spans = list(zip(present, koffs[:-1], koffs[1:], strict=True))
+    if any(b > a for p, a, b in spans if p == "0"):
         raise MalformedError("an absent key has a length in the block's key offsets")
-    return keys, pos + koffs[n]
+    return tuple(data[a:b] if p == "1" else None for p, a, b in spans), pos + koffs[n]
 
 
 def _split_headers(view: memoryview, n: int) -> tuple[Any, ...]:

@@ -17,10 +17,13 @@ from tests.unit.strategies import record_lists
 
 
 def column_of(values: list[bytes], *, view: bool) -> BinaryColumn:
+    """``view``: over the block's own bytes (no compression), else over its payload
+    decompressed (zstd)."""
     recs = [(5, None, v, None) for v in values]
     data = encode_block(recs, producer_id=1, epoch=0, sequence=0, compression=Compression.NONE)
-    if not view:  # a compressed block's payload is bytes, an uncompressed one a view
+    if not view:
         data = encode_block(recs, producer_id=1, epoch=0, sequence=0)
+        assert verify_block(data).compression is Compression.ZSTD
     col = decode_columns(data, verify_block(data), views=True)[2]
     assert type(col) is BinaryColumn
     return col
@@ -67,3 +70,14 @@ def test_views_hold_the_records_of_the_block(records, codec) -> None:
     ts, keys, values, hdrs = decode_columns(data, verify_block(data), views=True)
     assert list(zip(ts, keys, values, hdrs, strict=True)) == records
     assert int64_arrow(ts).to_pylist() == [r[0] for r in records]
+
+
+def test_slices_make_the_values_once_and_share_them() -> None:
+    values = [b"%d" % i * 3 for i in range(50)]
+    col = column_of(values, view=True)
+    first, second = col[3:9], col[20:50]
+    assert first.materialize() == tuple(values[3:9])
+    made = second.materialize()
+    assert made == tuple(values[20:50])
+    assert made[0] is col[0:50].materialize()[20]  # (the same objects, made once)
+    assert col[7:7].materialize() == ()
