@@ -111,6 +111,11 @@ class _Latency:
         }
 
 
+#: Producer settings added to every MemQ run (an A/B harness sets them, e.g.
+#: ``{"block.version": 1}``; the suite leaves the defaults).
+PRODUCER_EXTRA: dict[str, Any] = {}
+
+
 def run_memq(
     state: Any,
     storage: str,
@@ -148,6 +153,7 @@ def run_memq(
                     "batch.size": 1 << 20,
                     "buffer.memory": CLIENT_BUFFER,
                     "encode.threads": 2,
+                    **PRODUCER_EXTRA,
                 }
             )
             p.produce("bench", b"warm-up").result(60)

@@ -228,7 +228,7 @@ def _as_bytes(column: Sequence[Any], what: str, nullable: bool) -> Sequence[Any]
 
 def _check_headers(headers: Sequence[Any]) -> None:
     for h in headers:
-        if not header_pairs_ok(h, (tuple, list)):
+        if not header_pairs_ok(h, decoded=False):
             raise MalformedError(
                 f"record headers must be (name: str, value: bytes | None) pairs, got {h!r:.80}"
             )
@@ -486,7 +486,13 @@ def decode_columns(
     the error. Version 2: lengths and offsets are checked, then ``views`` gives the values
     as a :class:`BinaryColumn` over the payload (no copy per value) instead of a tuple.
     """
-    return _decode(_payload(buf, header), header, views)
+    return _decode(_payload(buf, header), header, views and _immutable(buf))
+
+
+def _immutable(buf: bytes | bytearray | memoryview) -> bool:
+    """Whether ``buf`` is bytes (or a view of bytes): values may then be views into it;
+    a mutable buffer's are copied (the caller may change or reuse it)."""
+    return type(buf) is bytes or (type(buf) is memoryview and type(buf.obj) is bytes)
 
 
 def decode_columns_with_crc(
@@ -494,7 +500,7 @@ def decode_columns_with_crc(
 ) -> tuple[Columns, int]:
     """:func:`decode_columns` plus the CRC-32 of the uncompressed record payload."""
     raw = _payload(buf, header)
-    return _decode(raw, header, views), crc32(raw)
+    return _decode(raw, header, views and _immutable(buf)), crc32(raw)
 
 
 def _decode(raw: Any, header: BlockHeader, views: bool) -> Columns:

@@ -168,7 +168,9 @@ class BinaryColumn(Sequence[bytes]):
         if made is None:
             ends = self._offsets.tolist()
             fmt = "".join(map(_FORMATS.__getitem__, map(sub, ends[1:], ends[:-1])))
-            made = self._made[0] = struct.unpack_from(fmt, self._data, ends[0])
+            # (a Struct of its own: struct's module cache would keep the last 100
+            # blocks' formats, ~35 bytes per value, after the blocks are gone)
+            made = self._made[0] = struct.Struct(fmt).unpack_from(self._data, ends[0])
         if self._start == 0 and self._stop == len(made):
             return made
         return made[self._start : self._stop]
@@ -182,6 +184,9 @@ class BinaryColumn(Sequence[bytes]):
 
     def __repr__(self) -> str:
         return f"BinaryColumn({len(self)} values, {self.nbytes()} bytes)"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return tuple, (self.materialize(),)  # (pickled as the tuple of its values)
 
     def nbytes(self) -> int:
         """The values' total length."""
@@ -208,10 +213,13 @@ def int64_arrow(ints: Sequence[int]) -> Any:
 
 
 class _Formats(dict[int, str]):
-    """length -> its ``struct`` format (``"<length>s"``)."""
+    """length -> its ``struct`` format (``"<length>s"``); the first 4,096 lengths seen
+    are kept."""
 
     def __missing__(self, n: int) -> str:
-        self[n] = f = f"{n}s"
+        f = f"{n}s"
+        if len(self) < 4096:
+            self[n] = f
         return f
 
 
@@ -232,6 +240,8 @@ def split_columns(
     """A version 2 payload's columns, every length and offset checked: the timestamps
     the keys, the values (a :class:`BinaryColumn` over ``raw``) and
     the headers. Raises :class:`MalformedError` for any payload that is not one."""
+    if n < 1:
+        raise MalformedError(f"a block holds at least one record, not {n}")
     view = memoryview(raw)
     end = len(view)
     pos = _PREFIX + 8 * n
@@ -301,16 +311,25 @@ def _split_headers(view: memoryview, n: int) -> tuple[Any, ...]:
     return hdrs
 
 
-def header_pairs_ok(h: Any, kinds: tuple[type, ...] = (tuple,)) -> bool:
+def header_pairs_ok(h: Any, *, decoded: bool = True) -> bool:
     """Whether ``h`` is a record's headers: None, or ``(name: str, value: bytes | None)``
-    pairs (``kinds``: the sequence types accepted, msgpack's tuples when decoding)."""
-    return h is None or (
-        type(h) in kinds
-        and all(
-            type(x) in kinds
+    pairs. ``decoded``: exactly msgpack's tuples, ``str`` and ``bytes``; otherwise (a
+    writer's input) tuples or lists, and subclasses of ``str`` and ``bytes`` (msgpack
+    packs them as theirs)."""
+    if h is None:
+        return True
+    if decoded:
+        return type(h) is tuple and all(
+            type(x) is tuple
             and len(x) == 2
             and type(x[0]) is str
             and (x[1] is None or type(x[1]) is bytes)
             for x in h
         )
+    return isinstance(h, tuple | list) and all(
+        isinstance(x, tuple | list)
+        and len(x) == 2
+        and isinstance(x[0], str)
+        and (x[1] is None or isinstance(x[1], bytes))
+        for x in h
     )

@@ -81,3 +81,45 @@ def test_slices_make_the_values_once_and_share_them() -> None:
     assert made == tuple(values[20:50])
     assert made[0] is col[0:50].materialize()[20]  # (the same objects, made once)
     assert col[7:7].materialize() == ()
+
+
+def test_writers_headers_may_be_subclasses_as_msgpack_packs_them() -> None:
+    """A StrEnum header name and a bytes subclass value (what produce() passes on) are
+    written by both formats, and read back as plain str and bytes."""
+    import enum
+
+    class Name(enum.StrEnum):
+        TRACE = "trace"
+
+    class Blob(bytes):
+        pass
+
+    recs = [(1, None, b"v", [(Name.TRACE, Blob(b"x"))]), (2, None, b"w", None)]
+    for version in (1, 2):
+        data = encode_block(recs, producer_id=1, epoch=0, sequence=0, version=version)
+        _, _, _, hdrs = decode_columns(data, verify_block(data))
+        assert hdrs == ((("trace", b"x"),), None)
+        assert type(hdrs[0][0][0]) is str and type(hdrs[0][0][1]) is bytes
+
+
+def test_views_only_over_immutable_bytes_and_columns_pickle_as_tuples() -> None:
+    import pickle
+
+    data = encode_block([(1, None, b"abc", None)] * 3, producer_id=1, epoch=0, sequence=0)
+    header = verify_block(data)
+    assert type(decode_columns(memoryview(data)[0:], header, views=True)[2]) is BinaryColumn
+    mutable = bytearray(data)
+    values = decode_columns(mutable, header, views=True)[2]
+    assert type(values) is tuple  # (copied: the caller may change or reuse its buffer)
+    mutable[-1:] = b"X"
+    assert values == (b"abc",) * 3
+    col = decode_columns(data, header, views=True)[2]
+    assert pickle.loads(pickle.dumps(col[1:])) == (b"abc", b"abc")
+
+
+def test_split_columns_wants_a_record() -> None:
+    from memq.errors import MalformedError
+    from memq.formats.columnar import split_columns
+
+    with pytest.raises(MalformedError, match="at least one record"):
+        split_columns(bytes(12), 0, 0, 1)
