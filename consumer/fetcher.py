@@ -100,8 +100,11 @@ def fetch_object(
     start: Start | None = None,
     clock: Callable[[], float] = time.monotonic,
     audit: bool = False,
+    views: bool = True,
 ) -> FetchedObject:
-    """GET (part of) one object, verify it against its notification, decode its records."""
+    """GET (part of) one object, verify it against its notification, decode its records
+    (``views``: block format 2 values as a ``BinaryColumn`` over the object's bytes,
+    else as ``bytes``)."""
     t0 = clock()
     start = start or Start()
     try:
@@ -138,7 +141,7 @@ def fetch_object(
         spans: list[BlockSpan] = []
         with gc_paused():
             records = _decode(
-                data, header, base, first, note, partition, offset, start, blocks, spans
+                data, header, base, first, note, partition, offset, start, blocks, spans, views
             )
     except CorruptObjectError:
         raise
@@ -160,6 +163,7 @@ def _decode(
     start: Start,
     blocks: list[BlockAudit] | None,
     spans: list[BlockSpan],
+    views: bool = True,
 ) -> Records:
     """Blocks ``first..`` of a verified header into record columns (``data`` starts at
     ``base``): one :class:`Chunk` per block (more where a time floor cuts records out).
@@ -176,9 +180,9 @@ def _decode(
         block = view[e.offset - base : e.offset - base + e.length]
         bh = verify_batch_block(block, e, index=bi)
         if blocks is None:
-            ts, keys, values, hdrs = decode_columns(block, bh, views=True)
+            ts, keys, values, hdrs = decode_columns(block, bh, views=views)
         else:
-            (ts, keys, values, hdrs), crc = decode_columns_with_crc(block, bh, views=True)
+            (ts, keys, values, hdrs), crc = decode_columns_with_crc(block, bh, views=views)
         whole = Chunk(
             topic, partition, offset, key, bi, 0, ts, keys, values, hdrs,
             bh.producer_id, bh.epoch, bh.sequence,

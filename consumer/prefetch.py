@@ -114,6 +114,11 @@ class Prefetcher:
         #: Polled while the queue was full: submitted, in order, before anything polled later.
         self.backlog: deque[Polled] = deque()
         self._queued_bytes = 0
+        #: Decode block format 2 values as views of the fetched bytes (made into ``bytes``
+        #: when asked for, on the caller's thread) instead of ``bytes`` in the fetch
+        #: threads: cleared by ``consume()`` (every value becomes a message's ``bytes``
+        #: anyway), set again by ``consume_batch()`` (Arrow can take the views).
+        self.lazy_values = True
         self.current: Current | None = None
         #: Partitions the application paused, and their objects in progress set aside.
         self.paused: set[TP] = set()
@@ -149,7 +154,10 @@ class Prefetcher:
         while True:
             attempt += 1
             try:
-                return fetch_object(reader, note, partition, offset, start, audit=self._audit)
+                return fetch_object(
+                    reader, note, partition, offset, start, audit=self._audit,
+                    views=self.lazy_values,
+                )  # fmt: skip
             except MemqError as e:
                 err = e
             except Exception as e:  # fail closed: a reader's untyped failure is a storage error

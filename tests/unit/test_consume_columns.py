@@ -357,6 +357,19 @@ def test_corrupt_objects_raise_typed_errors_through_the_columnar_path() -> None:
         fetch_object(MemoryReader(bytes(bad)), note, 0, 0, Start(1, 2))  # type: ignore[arg-type]
 
 
+def test_format_2_values_are_views_or_bytes_as_the_fetch_is_asked() -> None:
+    """``views`` (consume_batch) keeps a format 2 block's values over the object's bytes;
+    without (consume) they are made into bytes in the fetch thread: the same records."""
+    obj = batch_of([[(i, None, b"x%d" % i, None) for i in range(5)]] * 2)
+    note = note_for(obj)
+    lazy = fetch_object(MemoryReader(obj), note, 0, 0, views=True)  # type: ignore[arg-type]
+    eager = fetch_object(MemoryReader(obj), note, 0, 0, views=False)  # type: ignore[arg-type]
+    assert {type(c.values).__name__ for c in lazy.records.chunks} == {"BinaryColumn"}
+    assert {type(c.values) for c in eager.records.chunks} == {tuple}
+    assert {type(c.timestamps) for c in eager.records.chunks} == {tuple}
+    assert list(lazy.records) == list(eager.records) and len(eager.records) == 10
+
+
 def test_a_start_past_the_end_of_its_object_or_block_is_an_error() -> None:
     """A position that names no record is an error, never "nothing there, next object"."""
     obj = batch_of([[(i, None, b"x" * 20, None) for i in range(5)]] * 2)
