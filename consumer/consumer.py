@@ -285,11 +285,7 @@ class Consumer:
         """Up to ``max_records`` records as columns, waiting at most ``timeout`` seconds
         (None: forever): like :meth:`consume` (the same records, order, commits and
         dedup), but no per-record object is built: ``batch.values`` is a list of the
-        values; ``batch.messages()`` builds :class:`Message` objects if wanted.
-
-        Objects fetched while the application calls this keep block format 2 values as
-        they arrived (``batch.to_arrow()`` shares them); once it calls :meth:`consume`
-        the fetch threads make them into ``bytes`` as they decode."""
+        values; ``batch.messages()`` builds :class:`Message` objects if wanted."""
         if type(max_records) is not int or max_records < 1:
             raise ConfigError(f"consume_batch needs max_records >= 1, got {max_records!r}")
         self._prefetch.lazy_values = True

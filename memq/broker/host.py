@@ -66,6 +66,7 @@ class BrokerHost(Protocol):
 class Flow:
     """One connection's writes to one partition of a topic."""
 
+    #: When it last sent a request or was answered (monotonic seconds).
     seen: float
     #: ``acks=-1`` requests not answered yet.
     outstanding: int = 0

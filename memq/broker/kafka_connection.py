@@ -518,6 +518,7 @@ def _bearer(message: bytes) -> tuple[bytes, str]:
 
 def _answered(flow: Flow, _task: object) -> None:
     flow.outstanding -= 1
+    flow.seen = time.monotonic()  # (idle from its last answer, not from its last send)
 
 
 def _done(code: int, msg: str | None = None, offset: int = -1) -> Awaitable[PartitionResult]:

@@ -215,3 +215,26 @@ def test_node_ids_are_stable_distinct_and_non_negative() -> None:
     assert node_id("b-1") == node_id("b-1")
     ids = {node_id(f"b-{i}") for i in range(2000)}
     assert len(ids) == 2000 and all(0 <= i < 1 << 31 for i in ids)
+
+
+def test_a_flow_is_idle_from_its_last_answer_not_its_last_send(
+    listener: KafkaListener, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request answered after a slow upload (longer than the idle time) leaves its flow
+    recent: it may send again at once, so the next batch is not sealed on each request
+    of the connection's other flows (seen on a slow machine: 4 seals instead of 1)."""
+    import memq.broker.kafka_connection as kc
+
+    now = [1000.0]
+    monkeypatch.setattr(kl.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(kc.time, "monotonic", lambda: now[0])
+    flow = listener.flow_sent("t", 1, 0, waits=True)
+    now[0] += kl._FLOW_IDLE_S + 0.5  # (the batch's upload and notification took this long)
+    kc._answered(flow, None)
+    listener.flow_sent("t", 1, 1, waits=True)
+    proc = Proc()
+    listener.seal_if_stalled("t", proc, "b")  # type: ignore[arg-type]
+    assert proc.sealed == []  # (partition 0's flow, answered just now, may send more)
+    now[0] += kl._FLOW_IDLE_S + 0.1
+    listener.seal_if_stalled("t", proc, "b")  # type: ignore[arg-type]
+    assert proc.sealed == [("b", "waiting")]  # (idle now: every recent flow waits)
