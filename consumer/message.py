@@ -3,6 +3,7 @@ and the columnar forms records are kept in until (unless) a message is asked for
 
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from functools import cache
@@ -11,7 +12,7 @@ from typing import Any, NamedTuple, overload
 
 from memq.errors import MemqError
 from memq.formats.block import BinaryColumn
-from memq.formats.columnar import int64_arrow
+from memq.formats.columnar import int32_arrow, int64_arrow
 
 __all__ = ["Chunk", "Message", "MessageId", "RecordBatch", "Records"]
 
@@ -285,9 +286,7 @@ class RecordBatch:
             raise ImportError(
                 "RecordBatch.to_arrow() needs pyarrow: pip install 'memq-py[arrow]'"
             ) from None
-        schema = _arrow_schema(pa)
-        batches = [pa.record_batch(_chunk_arrays(pa, c), schema=schema) for c in self.chunks]
-        return pa.Table.from_batches(batches, schema=schema)
+        return _table(pa, self.chunks)
 
     def messages(self) -> list[Message]:
         """One :class:`Message` per record (what ``consume`` would have returned)."""
@@ -317,30 +316,45 @@ def _arrow_schema(pa: Any) -> Any:
     )
 
 
-def _chunk_arrays(pa: Any, c: Chunk) -> list[Any]:
-    """One chunk's columns as Arrow arrays: per-chunk constants repeated, the values
-    over the fetched bytes where the block allows (no Python object per record)."""
-    n = c.length
+def _table(pa: Any, chunks: Sequence[Chunk]) -> Any:
+    """The chunks' records as one table, each column built once for all of them (Arrow
+    calls per chunk cost more than a batch's records do): the per-chunk constants and the
+    timestamps as one buffer each, keys and headers as one array (or all null), the values
+    one array per chunk over the fetched bytes where the block allows."""
     schema = _arrow_schema(pa)
-    values = (
+    n = sum(c.length for c in chunks)
+    parts, offsets, stamps = array("i"), array("q"), array("q")
+    for c in chunks:
+        parts.extend(array("i", (c.partition,)) * c.length)
+        offsets.extend(array("q", (c.offset,)) * c.length)
+        ts = c.timestamps
+        stamps.extend(ts if type(ts) is array else array("q", ts))
+    values = [
         c.values.to_arrow() if type(c.values) is BinaryColumn else pa.array(c.values, pa.binary())
-    )
-    stamps = int64_arrow(c.timestamps).view(schema.field("timestamp").type)
-    keys = pa.nulls(n, pa.binary()) if c.keys.count(None) == n else pa.array(c.keys, pa.binary())
-    headers_type = schema.field("headers").type
-    headers = (
-        pa.nulls(n, headers_type)
-        if c.headers.count(None) == n
-        else pa.array(
-            [None if h is None else [{"name": k, "value": v} for k, v in h] for h in c.headers],
-            headers_type,
-        )
-    )
-    return [
-        pa.repeat(pa.scalar(c.partition, pa.int32()), n),
-        pa.repeat(pa.scalar(c.offset, pa.int64()), n),
-        stamps,
-        keys,
-        values,
-        headers,
+        for c in chunks
     ]
+    return pa.Table.from_arrays(
+        [
+            int32_arrow(parts),
+            int64_arrow(offsets),
+            int64_arrow(stamps).view(schema.field("timestamp").type),
+            _nullable(pa, [c.keys for c in chunks], n, pa.binary(), lambda k: k),
+            pa.chunked_array(values, pa.binary()),
+            _nullable(
+                pa,
+                [c.headers for c in chunks],
+                n,
+                schema.field("headers").type,
+                lambda h: [{"name": k, "value": v} for k, v in h],
+            ),
+        ],
+        schema=schema,
+    )
+
+
+def _nullable(pa: Any, columns: list[tuple[Any, ...]], n: int, kind: Any, conv: Any) -> Any:
+    """The columns joined as one Arrow array: all null, without a look at each record,
+    when no record has a value (the usual case), else each record's ``conv(item)``."""
+    if all(col.count(None) == len(col) for col in columns):
+        return pa.nulls(n, kind)
+    return pa.array([None if x is None else conv(x) for x in chain.from_iterable(columns)], kind)

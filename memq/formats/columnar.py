@@ -205,11 +205,20 @@ class BinaryColumn(Sequence[bytes]):
 def int64_arrow(ints: Sequence[int]) -> Any:
     """An Arrow int64 array of ``ints``: an ``array('q')`` (a version 2 block's timestamps)
     without a copy where the machine is little endian, as Arrow is."""
+    return _int_arrow(ints, "q", "int64")
+
+
+def int32_arrow(ints: Sequence[int]) -> Any:
+    """An Arrow int32 array of ``ints``: an ``array('i')`` without a copy (little endian)."""
+    return _int_arrow(ints, "i", "int32")
+
+
+def _int_arrow(ints: Sequence[int], code: str, kind: str) -> Any:
     import pyarrow as pa  # (optional: the ``arrow`` extra)
 
-    if type(ints) is array and ints.typecode == "q" and not _SWAP:
-        return pa.Array.from_buffers(pa.int64(), len(ints), [None, pa.py_buffer(ints)])
-    return pa.array(ints, pa.int64())
+    if type(ints) is array and ints.typecode == code and not _SWAP:
+        return pa.Array.from_buffers(getattr(pa, kind)(), len(ints), [None, pa.py_buffer(ints)])
+    return pa.array(ints, getattr(pa, kind)())
 
 
 class _Formats(dict[int, str]):
@@ -255,7 +264,8 @@ def split_columns(
     if min_timestamp == max_timestamp:  # (one timestamp: compared as bytes)
         inside = column == _I64.pack(min_timestamp) * n
     else:
-        inside = min(ts) >= min_timestamp and max(ts) <= max_timestamp
+        stamps = ts.tolist()  # (min and max of a list: no int object made per item twice)
+        inside = min(stamps) >= min_timestamp and max(stamps) <= max_timestamp
     if not inside:
         raise MalformedError(
             f"a record timestamp is outside the block's [{min_timestamp}, {max_timestamp}]"

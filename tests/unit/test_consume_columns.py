@@ -393,3 +393,58 @@ def test_a_start_past_the_end_of_its_object_or_block_is_an_error() -> None:
         with pytest.raises(InvalidPositionError) as e:
             fetched(start)
         assert f"no record 3:9:{start.block}:{start.record}, {what}" in str(e.value)
+
+
+arrow_blocks = st.lists(
+    st.tuples(
+        st.sampled_from([1, 2]),  # block format
+        st.integers(0, 3),  # notification partition
+        st.lists(
+            st.tuples(
+                st.integers(0, 2**40),
+                st.none() | st.binary(max_size=4),
+                st.binary(max_size=8),
+                st.none()
+                | st.lists(
+                    st.tuples(st.text(max_size=3), st.none() | st.binary(max_size=3)), max_size=2
+                ).map(tuple),
+            ),
+            min_size=1,
+            max_size=6,
+        ),
+    ),
+    max_size=5,
+)
+
+
+@given(arrow_blocks, st.booleans())
+@settings(max_examples=150, deadline=None)  # (the first example imports pyarrow)
+def test_to_arrow_is_the_records_of_every_chunk(blocks: list[Any], views: bool) -> None:
+    """``RecordBatch.to_arrow()`` over chunks of both block formats (values as tuples or
+    as views), several partitions, keys and headers present or not, no records at all:
+    one row per record, in order, equal to the record's fields."""
+    pytest.importorskip("pyarrow")
+    chunks: list[Chunk] = []
+    want: list[Any] = []
+    for i, (version, partition, recs) in enumerate(blocks):
+        obj = encode_batch(
+            [encode_block(recs, producer_id=7, epoch=1, sequence=i, version=version,
+                          compression=Compression.NONE)]
+        )  # fmt: skip
+        header = decode_batch_header(obj)
+        note = note_for(obj)
+        got = _decode(obj, header, 0, 0, note, partition, 10 + i, Start(), None, [], views)
+        chunks.extend(got.between(0, len(got)))
+        want += [
+            {
+                "partition": partition, "offset": 10 + i, "timestamp": t, "key": k, "value": v,
+                "headers": None if h is None else [{"name": a, "value": b} for a, b in h],
+            }
+            for t, k, v, h in recs
+        ]  # fmt: skip
+    table = RecordBatch(chunks).to_arrow()
+    rows = table.to_pylist()
+    for r in rows:
+        r["timestamp"] = round(r["timestamp"].timestamp() * 1000)
+    assert rows == want
+    assert table.schema.field("timestamp").type.tz == "UTC"
