@@ -376,3 +376,28 @@ def test_a_block_is_never_larger_than_its_uncompressed_form(codec):
     data = encode_block([(5, None, b"a" * 4096, None)], producer_id=1, epoch=0, sequence=0,
                         compression=codec)  # fmt: skip
     assert decode_block_header(data).compression is codec
+
+
+def test_long_offsets_lists_are_checked_pair_by_pair_with_the_same_verdicts(monkeypatch):
+    """Past ``SORT_CHECK_MAX`` offsets the check is linear (a shuffled list would cost
+    ``sorted()`` n log n); both checks accept and refuse the same bodies."""
+    from memq.formats import columnar
+
+    bodies = [
+        _v2(_i64(5, 6), _i32(0, 2, 1), b"abc"),  # offsets go down
+        _v2(_i64(5, 6), _i32(0, -1, 3), b"abc"),  # a negative offset
+        _v2(_i64(5, 6), _i32(1, 1, 3), b"abc"),  # offsets do not start at 0
+        _v2(_i64(5, 6), _i32(0, 1, 3), b"abc", b"\x03", _i32(0, 2, 1), b"kk", flags=1),  # keys'
+    ]
+    for limit in (columnar.SORT_CHECK_MAX, 0):
+        monkeypatch.setattr(columnar, "SORT_CHECK_MAX", limit)
+        assert decode_block(_forge(V2_GOOD, 2, version=2))[1][1] == (6, None, b"bc", None)
+        for body in bodies:
+            with pytest.raises(MalformedError, match="offsets are not a run"):
+                decode_block(_forge(body, 2, version=2))
+    # A real block past the limit: the linear check, the records intact.
+    monkeypatch.undo()
+    n = columnar.SORT_CHECK_MAX + 1
+    recs = [(i, None, b"v%d" % (i % 7), None) for i in range(n)]
+    block = encode_block(recs, producer_id=1, epoch=0, sequence=0, compression=Compression.NONE)
+    assert decode_block(block)[1] == recs
