@@ -32,8 +32,9 @@ from memq.spark.decode import BlockId, decode_object
 from memq.spark.errors import MissingObjectError, corrupt_object
 from memq.spark.listing import ObjectRef
 from memq.spark.options import ScanOptions
-from memq.spark.s3io import client_for, with_retries
+from memq.spark.s3io import client_for, s3_config
 from memq.spark.stats import Counter
+from memq.storage_handlers.s3 import S3Reader
 
 __all__ = ["Fetched", "fetch", "fetch_object", "read_objects"]
 
@@ -57,18 +58,8 @@ def _pool(size: int) -> ThreadPoolExecutor:
 
 def fetch_object(opts: ScanOptions, key: str, start: int = 0, end: int | None = None) -> bytes:
     """The object, or its bytes ``[start, end)`` (one GET, retried by the storage policy)."""
-    client = client_for(opts, max(opts.read_concurrency, 4))
-    kw = {} if start == 0 and end is None else {"Range": f"bytes={start}-{_last(end)}"}
-
-    def get() -> bytes:
-        body: bytes = client.get_object(Bucket=opts.bucket, Key=key, **kw)["Body"].read()
-        return body
-
-    return with_retries(opts, get, f"GET s3://{opts.bucket}/{key}")
-
-
-def _last(end: int | None) -> str:
-    return "" if end is None else str(end - 1)
+    n = max(opts.read_concurrency, 4)
+    return S3Reader(s3_config(opts, n), client_for(opts, n)).read(opts.bucket, key, start, end)
 
 
 #: The first GET of a header-first read: the header of up to ~1,800 blocks.
