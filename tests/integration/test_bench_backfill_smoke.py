@@ -35,8 +35,8 @@ def test_bench_backfill_quick(memq_stack: StackState, tmp_path: Path) -> None:
     doc = json.loads(out.read_text())
     assert doc["quick"] is True
     res = doc["results"]
-    readers = ("spark_parquet_reader_noop", "spark_memq_source_noop", "spark_backfill_parquet",
-               "ceiling_boto3_download")  # fmt: skip
+    readers = ("spark_parquet_reader_noop", "spark_python_source_floor_noop",
+               "spark_memq_source_noop", "spark_backfill_parquet", "ceiling_boto3_download")  # fmt: skip
     filtered = ("spark_parquet_reader_where_noop", "spark_memq_source_where_noop",
                 "spark_memq_source_where_pushdown_noop")  # fmt: skip
     assert set(res) == set(readers + filtered)
