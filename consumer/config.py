@@ -40,7 +40,8 @@ class ConsumerConfig(AuditedClientConfig):
     heartbeat_interval_ms: int = Field(default=3000, ge=100, alias="heartbeat.interval.ms")
     #: Objects fetched ahead of the application (concurrently).
     prefetch_objects: int = Field(default=8, ge=1, le=1024, alias="prefetch.objects")
-    #: Bound on the bytes of objects fetched ahead (their decoded records are held too).
+    #: Bound on the bytes of objects fetched ahead (their decoded records are held too),
+    #: and on the receive buffers kept for reuse by later fetches (objects of 256 KiB up).
     prefetch_bytes: int = Field(default=256 * MiB, ge=MiB, alias="prefetch.bytes")
     #: Parallel GETs (threads) fetching objects.
     fetch_concurrency: int = Field(default=4, ge=1, le=256, alias="fetch.concurrency")

@@ -27,6 +27,7 @@ from memq.formats.block import decode_columns, decode_columns_with_crc
 from memq.formats.gcpause import gc_paused
 from memq.formats.notification import Notification
 from memq.storage_handlers.base import StorageReader
+from memq.storage_handlers.receive import ReceiveBuffers
 
 __all__ = ["BlockAudit", "BlockSpan", "FetchedObject", "Start", "fetch_object"]
 
@@ -101,15 +102,16 @@ def fetch_object(
     clock: Callable[[], float] = time.monotonic,
     audit: bool = False,
     views: bool = True,
+    buffers: ReceiveBuffers | None = None,
 ) -> FetchedObject:
     """GET (part of) one object, verify it against its notification, decode its records
     (``views``: block format 2 values as a ``BinaryColumn`` over the object's bytes,
-    else as ``bytes``)."""
+    else as ``bytes``). A whole object is received into one of ``buffers`` if given."""
     t0 = clock()
     start = start or Start()
     try:
         if start.block == 0 and start.min_timestamp is None:
-            data = reader.read(note.bucket, note.key)
+            data = reader.read_whole(note.bucket, note.key, note.size, buffers)
             header = decode_batch_header(data)
             _verify_header(header, note)
             if len(data) != header.object_size:

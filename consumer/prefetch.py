@@ -51,6 +51,7 @@ from memq.errors import (
 from memq.formats.notification import Notification
 from memq.retry import RetryPolicy
 from memq.storage_handlers.base import StorageReader
+from memq.storage_handlers.receive import ReceiveBuffers
 
 __all__ = ["ConsumerStats", "Current", "Feed", "Pending", "Prefetcher"]
 
@@ -107,6 +108,8 @@ class Prefetcher:
             deadline=config.fetch_retry_timeout_ms / 1000,
         )
         self._pool = ThreadPoolExecutor(config.fetch_concurrency, thread_name_prefix="memq-fetch")
+        #: Whole objects are received into these (reused once nothing refers to them).
+        self._buffers = ReceiveBuffers(config.prefetch_bytes)
         self._closing = threading.Event()
         self._lock = threading.Lock()  # the in-flight set and counters fetch threads update
         self._inflight: set[Future[FetchedObject]] = set()
@@ -156,7 +159,7 @@ class Prefetcher:
             try:
                 return fetch_object(
                     reader, note, partition, offset, start, audit=self._audit,
-                    views=self.lazy_values,
+                    views=self.lazy_values, buffers=self._buffers,
                 )  # fmt: skip
             except MemqError as e:
                 err = e
@@ -430,3 +433,4 @@ class Prefetcher:
         if left:
             self._stats.fetches_abandoned += len(left)
             log.warning("closing with %d fetches still running after %.1f s", len(left), timeout)
+        self._buffers.clear()  # (a fetch still running keeps its own)

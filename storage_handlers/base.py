@@ -21,6 +21,7 @@ from memq.errors import ConfigError, ObjectNotFoundError
 
 if TYPE_CHECKING:
     from memq.config import StorageConfig
+    from memq.storage_handlers.receive import ReceiveBuffers
 
 __all__ = [
     "DeleteResult",
@@ -106,6 +107,23 @@ class StorageReader(ABC):
 
         Raises :class:`memq.errors.ObjectNotFoundError` when it does not exist.
         """
+
+    def read_whole(
+        self, bucket: str, key: str, size: int, buffers: ReceiveBuffers | None = None
+    ) -> bytes | memoryview:
+        """A whole object its notification says is ``size`` bytes: received into one of
+        ``buffers`` (a read-only view) where this reader can (S3, filesystem), else as
+        :meth:`read` gives it. An object of another size comes back whole as ``bytes``
+        (the caller's checks then say what is wrong with it)."""
+        into = buffers.take(size) if buffers is not None else None
+        got = self.receive(bucket, key, into) if into is not None else None
+        return self.read(bucket, key) if got is None else got
+
+    def receive(self, bucket: str, key: str, into: memoryview) -> bytes | memoryview | None:
+        """The whole object received into ``into`` (then returned read-only), or its
+        bytes read some other way; ``None`` where this reader cannot receive into a
+        buffer (this default) or the object is not ``len(into)`` bytes."""
+        return None
 
     def exists(self, bucket: str, key: str) -> bool:
         """Whether the object exists (a cheap check: readers override it with a HEAD or a

@@ -7,9 +7,11 @@ object is the absolute root directory.
 
 from __future__ import annotations
 
+import io
 import os
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -114,18 +116,30 @@ class FilesystemReader(StorageReader):
     def _root(self, bucket: str) -> Path:
         return self.root_override or Path(bucket)
 
-    def read(self, bucket: str, key: str, start: int = 0, end: int | None = None) -> bytes:
+    @contextmanager
+    def _reading(self, bucket: str, key: str) -> Iterator[io.BufferedReader]:
+        """The object's file, open; a missing or unreadable one as a typed error."""
         path = _safe_path(self._root(bucket), key)
         try:
             with open(path, "rb") as f:
-                f.seek(start)
-                return f.read() if end is None else f.read(max(0, end - start))
+                yield f
         except FileNotFoundError:
             raise ObjectNotFoundError(
                 f"{path} does not exist (deleted, or the wrong root?)"
             ) from None
         except OSError as e:
             raise StorageError(f"cannot read {path}: {e}") from e
+
+    def read(self, bucket: str, key: str, start: int = 0, end: int | None = None) -> bytes:
+        with self._reading(bucket, key) as f:
+            f.seek(start)
+            return f.read() if end is None else f.read(max(0, end - start))
+
+    def receive(self, bucket: str, key: str, into: memoryview) -> memoryview | None:
+        with self._reading(bucket, key) as f:
+            if f.readinto(into) == len(into) and not f.read(1):
+                return into.toreadonly()
+        return None
 
     def exists(self, bucket: str, key: str) -> bool:
         return _safe_path(self._root(bucket), key).is_file()

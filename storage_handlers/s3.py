@@ -308,6 +308,45 @@ class S3Writer(_S3Base, StorageWriter):
             self._hedge_pool.shutdown(wait=True)
 
 
+def _receive(body: Any, into: memoryview, what: str) -> bytes | memoryview:
+    """A GET's body straight from the socket into ``into`` when it is exactly that long.
+
+    botocore's ``read()`` and urllib3's ``readinto()`` return fresh ``bytes``; only
+    ``http.client``'s response under them reads into a given buffer, so this reaches it
+    (``StreamingBody._raw_stream._fp``, as botocore's own ``set_socket_timeout`` reaches
+    the socket) when every layer is the one it knows, and else reads the usual way. The
+    length is checked here as botocore would; the caller verifies the content.
+    """
+    import http.client
+
+    from botocore.response import StreamingBody
+
+    raw: Any = getattr(body, "_raw_stream", None)
+    fp: Any = getattr(raw, "_fp", None)
+    direct = (
+        type(body) is StreamingBody
+        and isinstance(fp, http.client.HTTPResponse)
+        and not fp.chunked
+        and fp.length == len(into)
+        and callable(getattr(raw, "release_conn", None))
+    )
+    if not direct:
+        data: bytes = body.read()
+        return data
+    got = 0
+    try:
+        while got < len(into):
+            n = fp.readinto(into[got:])
+            if not n:
+                raise StorageError(f"{what}: the body ended after {got} of {len(into)} bytes")
+            got += n
+    except BaseException:
+        raw.close()  # (a connection stopped mid-body is not reusable)
+        raise
+    raw.release_conn()
+    return into.toreadonly()
+
+
 class S3Reader(_S3Base, StorageReader):
     name: ClassVar[str] = "s3"
 
@@ -323,6 +362,16 @@ class S3Reader(_S3Base, StorageReader):
             return body
 
         data: bytes = self._retrying(get, f"GET s3://{bucket}/{key}")
+        return data
+
+    def receive(self, bucket: str, key: str, into: memoryview) -> bytes | memoryview:
+        what = f"GET s3://{bucket}/{key}"
+
+        def get() -> bytes | memoryview:
+            body = self.client.get_object(Bucket=bucket, Key=key)["Body"]
+            return _receive(body, into, what)
+
+        data: bytes | memoryview = self._retrying(get, what)
         return data
 
     def exists(self, bucket: str, key: str) -> bool:

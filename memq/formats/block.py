@@ -484,15 +484,21 @@ def decode_columns(
     Version 1: the checks run in C (``map``, ``zip``, ``set``, ``min``/``max``), not in a
     Python loop per record; only a block that fails them is walked record by record for
     the error. Version 2: lengths and offsets are checked, then ``views`` gives the values
-    as a :class:`BinaryColumn` over the payload (no copy per value) instead of a tuple.
+    as a :class:`BinaryColumn` over the payload (no copy per value) instead of a tuple,
+    where ``buf`` is ``bytes`` or a read-only view (of a buffer that must not change
+    while the values live).
     """
     return _decode(_payload(buf, header), header, views and _immutable(buf))
 
 
 def _immutable(buf: bytes | bytearray | memoryview) -> bool:
-    """Whether ``buf`` is bytes (or a view of bytes): values may then be views into it;
-    a mutable buffer's are copied (the caller may change or reuse it)."""
-    return type(buf) is bytes or (type(buf) is memoryview and type(buf.obj) is bytes)
+    """Whether ``buf`` is bytes, or a view of bytes, or a read-only view (whose owner
+    keeps its bytes as they are while any view of them lives, as the consumer's receive
+    buffers do): values may then be views into it; a writable buffer's are copied (the
+    caller may change or reuse it)."""
+    return type(buf) is bytes or (
+        type(buf) is memoryview and (buf.readonly or type(buf.obj) is bytes)
+    )
 
 
 def decode_columns_with_crc(

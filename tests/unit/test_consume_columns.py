@@ -341,6 +341,9 @@ class MemoryReader:
     def read(self, bucket: str, key: str, start: int = 0, end: int | None = None) -> bytes:
         return self.data[start:end]
 
+    def read_whole(self, bucket: str, key: str, size: int, buffers: object = None) -> bytes:
+        return self.data
+
 
 def test_corrupt_objects_raise_typed_errors_through_the_columnar_path() -> None:
     obj = batch_of([[(i, None, b"x" * 20, None) for i in range(5)]] * 2)
