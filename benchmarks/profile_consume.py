@@ -138,6 +138,7 @@ def load(d: Path, records: int, block_version: int = 2) -> None:
             {
                 "endpoint": info["endpoint"],
                 "broker_pid": info["pid"],
+                "broker_start_time": info.get("start_time"),
                 "records": records,
                 "objects": objects,
                 "env": state.aws_env(),
@@ -213,6 +214,16 @@ def consume(d: Path, batch: str | None, max_records: int, extra: dict[str, str])
     }
 
 
+def down(d: Path) -> None:
+    """Stop the broker ``load`` started (the stack does not know it), then the stack."""
+    from memq.devstack.procs import ProcessRef, stop
+
+    if _info_path(d).exists():
+        info = json.loads(_info_path(d).read_text())
+        stop(ProcessRef(info["broker_pid"], info.get("broker_start_time")), timeout=30)
+    DevStack(d).down()
+
+
 def raw(d: Path) -> dict[str, Any]:
     info = json.loads(_info_path(d).read_text())
     import boto3
@@ -261,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.what == "load":
         load(args.dir, args.records, args.block_version)
     elif args.what == "down":
-        DevStack(args.dir).down()
+        down(args.dir)
     else:
         doc = (
             consume(args.dir, args.batch, args.max, dict(kv.split("=", 1) for kv in args.set))
