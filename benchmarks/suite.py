@@ -66,7 +66,9 @@ def _spread_of(
 
 
 def formats(quick: bool, reps: int) -> dict[str, Any]:
-    runs = [bench_formats.run(quick=True) for _ in range(reps)]
+    # (not quick: each cell is the median of 5 rounds of >= 0.5 s after a warm-up call;
+    # quick rounds of 50 ms measured mostly the first call's cache filling)
+    runs = [bench_formats.run(quick=quick) for _ in range(reps)]
     rows = []
     for i, r0 in enumerate(runs[0]["results"]):
         rows.append(
