@@ -356,23 +356,23 @@ class S3Reader(_S3Base, StorageReader):
             if end is not None and end <= start:
                 return b""
             kw["Range"] = f"bytes={start}-{'' if end is None else end - 1}"
-
-        def get() -> bytes:
-            body: bytes = self.client.get_object(Bucket=bucket, Key=key, **kw)["Body"].read()
-            return body
-
-        data: bytes = self._retrying(get, f"GET s3://{bucket}/{key}")
+        data: bytes = self._get(bucket, key, lambda body, _what: body.read(), **kw)
         return data
 
     def receive(self, bucket: str, key: str, into: memoryview) -> bytes | memoryview:
+        data: bytes | memoryview = self._get(
+            bucket, key, lambda body, what: _receive(body, into, what)
+        )
+        return data
+
+    def _get(self, bucket: str, key: str, take: Callable[[Any, str], Any], **kw: Any) -> Any:
+        """One GET, retried by the storage policy; ``take(body, what)`` reads its body."""
         what = f"GET s3://{bucket}/{key}"
 
-        def get() -> bytes | memoryview:
-            body = self.client.get_object(Bucket=bucket, Key=key)["Body"]
-            return _receive(body, into, what)
+        def get() -> Any:
+            return take(self.client.get_object(Bucket=bucket, Key=key, **kw)["Body"], what)
 
-        data: bytes | memoryview = self._retrying(get, what)
-        return data
+        return self._retrying(get, what)
 
     def exists(self, bucket: str, key: str) -> bool:
         """HEAD the object."""
