@@ -331,12 +331,16 @@ class BatchBuilder:
 
     def append(self, block: bytes | bytearray | memoryview, header: BlockHeader) -> int:
         """Copy a verified block in; returns its index in the batch."""
-        n = len(block)
+        src = memoryview(block).cast("B")
+        n = len(src)
         if n != header.size:
             raise MalformedError(f"block is {n} bytes, its header says {header.size}")
         if not self.fits(n):
             raise MemqFormatError(f"block of {n} bytes does not fit the open batch")
-        self._buf[self._end : self._end + n] = block
+        # Into a view of the buffer: a bytearray's own slice assignment first copies any
+        # source that is not a bytearray into a new one (a second copy, and a fresh
+        # allocation the size of the block).
+        memoryview(self._buf)[self._end : self._end + n] = src
         self._end += n
         self._headers.append(header)
         return len(self._headers) - 1
@@ -363,7 +367,7 @@ class BatchBuilder:
             raise MalformedError("cannot seal an empty batch")
         header = encode_batch_header(self._headers)
         start = self._reserve - len(header)
-        self._buf[start : self._reserve] = header
+        memoryview(self._buf)[start : self._reserve] = header
         self.header_crc = int.from_bytes(header[-4:], "big")
         self._sealed = True
         return memoryview(self._buf)[start : self._end]

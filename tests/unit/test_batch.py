@@ -121,6 +121,35 @@ def test_builder_reuses_its_buffer_and_matches_encode_batch():
     assert id(b._buf) == buf_id
 
 
+def test_builder_append_copies_once_from_any_buffer():
+    """A block is copied into the batch buffer once, whatever buffer it arrives in: no
+    block-sized temporary (a bytearray's own slice assignment makes one for any source
+    that is not a bytearray); bytes, bytearray, memoryview and a view of another item
+    format all land byte for byte."""
+    big = encode_block(
+        [(1, None, bytes(range(256)) * 4096, None)],
+        producer_id=1, epoch=0, sequence=0, compression=Compression.NONE,
+    )  # fmt: skip
+    header = verify_block(big)
+    kinds = [big, bytearray(big), memoryview(big), memoryview(bytearray(big))]
+    if len(big) % 4 == 0:
+        kinds.append(memoryview(big).cast("I"))
+    b = BatchBuilder(capacity=len(big) * len(kinds), max_blocks=8)
+    tracemalloc.start()
+    try:
+        for blk in kinds[:3]:
+            tracemalloc.reset_peak()
+            before, _ = tracemalloc.get_traced_memory()
+            b.append(blk, header)
+            _, peak = tracemalloc.get_traced_memory()
+            assert peak - before < 64 * 1024, type(blk).__name__
+    finally:
+        tracemalloc.stop()
+    for blk in kinds[3:]:
+        b.append(blk, header)
+    assert bytes(b.seal()) == encode_batch([big] * len(kinds))
+
+
 def test_builder_limits():
     blocks = _blocks(3)
     b = BatchBuilder(capacity=len(blocks[0]) + len(blocks[1]), max_blocks=2)
