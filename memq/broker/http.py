@@ -37,7 +37,7 @@ from memq.errors import (
     NotWriterError,
     status_for_error,
 )
-from memq.formats.block import encode_block, verify_block
+from memq.formats.block import decode_block_header, encode_block
 from memq.formats.compression import Compression
 from memq.formats.keys import validate_name
 from memq.protocol import Ack, ClusterMetadata, WriteAck, decode_msg, parse_ack
@@ -232,7 +232,7 @@ def _app(server: HttpHost) -> web.Application:
                     f"these {len(records)} records make a {len(block)}-byte block, over the "
                     f"limit of topic {topic!r} ({limit} bytes): split the request"
                 )
-            header = verify_block(block)
+            header = decode_block_header(block)  # (made here: no second CRC pass)
             try:
                 batch, index, dup = await proc.append(
                     memoryview(block), header, t0, fingerprint=fingerprint

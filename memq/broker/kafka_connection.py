@@ -37,7 +37,7 @@ from memq.broker.kafka_codec import (
 )
 from memq.broker.kafka_stream import KafkaStream
 from memq.errors import AuthenticationError, MemqError, MessageTooLargeError
-from memq.formats.block import encode_block, verify_block
+from memq.formats.block import decode_block_header, encode_block
 from memq.security import peer_principal, verify_token
 
 __all__ = ["MAX_IN_FLIGHT", "KafkaConnection"]
@@ -447,7 +447,7 @@ class KafkaConnection(KafkaStream):
                     f"{count} records make a {len(block)}-byte block, over the limit of "
                     f"topic {topic!r} ({limit} bytes): lower batch.size"
                 )
-            header = verify_block(block)
+            header = decode_block_header(block)  # (made here: no second CRC pass)
             batch, _index, dup = await proc.append(memoryview(block), header, t0)
         except MemqError as e:
             code = kafka_error(e, v)
