@@ -1,4 +1,5 @@
-"""Receive buffers a consumer reuses for whole objects, instead of fresh memory per GET.
+"""Receive buffers reused for large reads (a consumer's whole objects, a broker's large
+requests), instead of fresh memory for each.
 
 A fetched object's bytes live as long as anything decoded from them refers to them:
 a block format 2 value column, or an Arrow array handed to the application, which may
@@ -7,6 +8,10 @@ kernel, which takes a page fault per 4 KiB to map it while the bytes arrive: mea
 at 0.2-0.3 CPU-seconds per GiB, about a tenth of a consumer's CPU, when the objects
 outlive their GET (``benchmarks/profile_consume.py``; the allocator gives memory back
 to the system between objects and maps it again).
+
+The broker has the same problem with large requests (a producer's blocks, a Kafka
+client's record sets), each received into a buffer of its own and dropped once its
+blocks are copied into a batch: its connections take those buffers from here too.
 
 So the fetcher receives into buffers it takes from here, and a buffer is reused only
 when nothing but this pool refers to it. Every view of a buffer (a ``memoryview``

@@ -108,7 +108,9 @@ class ConnectionHost(BrokerHost, Protocol):
 class BrokerConnection(FramedProtocol[RawFrame]):
     def __init__(self, server: ConnectionHost) -> None:
         cfg = server.config
-        super().__init__(FrameReceiver(cfg.max_frame_bytes), 2 * cfg.max_frame_bytes)
+        super().__init__(
+            FrameReceiver(cfg.max_frame_bytes, take=server.receive_buffer), 2 * cfg.max_frame_bytes
+        )
         self.server = server
         self.idle_timeout = cfg.idle_timeout_s
         #: Responses made in one turn of the event loop go out in one send (memq.aio).

@@ -61,6 +61,11 @@ class BrokerHost(Protocol):
         """The processor writing ``topic`` on this broker (auto-created where allowed)."""
         ...
 
+    def receive_buffer(self, n: int) -> memoryview | None:
+        """A reused buffer of exactly ``n`` bytes to receive a large request into, or
+        None (the connection then takes fresh memory)."""
+        ...
+
 
 @dataclass(slots=True)
 class Flow:

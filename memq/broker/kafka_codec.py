@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -246,15 +247,17 @@ class KafkaFrameReceiver(PrefixedReceiver[memoryview]):
 
     __slots__ = ("max_bytes",)
 
-    def __init__(self, max_bytes: int) -> None:
-        super().__init__(staging=64 * 1024)  # (per connection, idle ones too)
+    def __init__(
+        self, max_bytes: int, take: Callable[[int], memoryview | None] | None = None
+    ) -> None:
+        super().__init__(staging=64 * 1024, take=take)  # (staging: per connection, idle too)
         self.max_bytes = max_bytes
 
     def _check_length(self, length: int) -> None:
         if not 8 <= length <= self.max_bytes:
             raise FrameTooLargeError(f"a request of {length} bytes (allowed 8..{self.max_bytes})")
 
-    def _frame(self, view: memoryview, owner: bytes | bytearray) -> memoryview:
+    def _frame(self, view: memoryview, owner: object) -> memoryview:
         return view[4:]
 
 

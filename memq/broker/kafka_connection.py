@@ -104,7 +104,7 @@ class KafkaConnection(KafkaStream):
     (received by :class:`KafkaStream`, handled one by one by :meth:`run`)."""
 
     def __init__(self, listener: KafkaHost) -> None:
-        super().__init__(listener.server.config.max_frame_bytes)
+        super().__init__(listener.server.config.max_frame_bytes, listener.server.receive_buffer)
         self.listener = listener
         self.server = listener.server
         self._pending: deque[asyncio.Future[bytes | None]] = deque()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 
 from memq.broker.framed import FramedProtocol
 from memq.broker.kafka_codec import KafkaFrameReceiver
@@ -23,8 +24,10 @@ class KafkaStream(FramedProtocol[memoryview]):
     """Requests of one connection, in order (:meth:`read_frame`); it stops reading while
     ``READ_LIMIT`` bytes of received requests wait."""
 
-    def __init__(self, max_frame_bytes: int) -> None:
-        super().__init__(KafkaFrameReceiver(max_frame_bytes), READ_LIMIT)
+    def __init__(
+        self, max_frame_bytes: int, take: Callable[[int], memoryview | None] | None = None
+    ) -> None:
+        super().__init__(KafkaFrameReceiver(max_frame_bytes, take), READ_LIMIT)
         self._reset = False  # the connection was reset (not closed cleanly)
         self._drained: asyncio.Future[None] | None = None
         self._writing_paused = False

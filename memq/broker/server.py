@@ -44,6 +44,7 @@ from memq.protocol import (
 )
 from memq.security import server_context
 from memq.storage_handlers.base import StorageWriter
+from memq.storage_handlers.receive import ReceiveBuffers
 from memq.storage_handlers.registry import make_writer
 
 __all__ = ["BrokerServer"]
@@ -53,6 +54,9 @@ log = logging.getLogger(__name__)
 SinkFactory = Callable[[NotificationConfig], Any]
 #: Weight of the newest sample in the smoothed per-topic ingest rate.
 LOAD_ALPHA = 0.5
+#: Requests from this size up are received into reused buffers (glibc maps fresh memory
+#: for each allocation this large, and the kernel faults it in a page at a time).
+RECEIVE_MIN = 128 * 1024
 
 
 class BrokerServer:
@@ -96,6 +100,9 @@ class BrokerServer:
         self._http_sequence = itertools.count()
         #: Every topic's batch buffers come from here (bounded by memory_limit_bytes).
         self.pool = BufferPool(config.memory_limit_bytes, self.metrics)
+        #: Large requests (blocks, Kafka record sets) are received into reused buffers,
+        #: at most two of the largest requests' worth kept (docs/operations.md).
+        self._receive = ReceiveBuffers(2 * config.max_frame_bytes, min_size=RECEIVE_MIN)
         self._creating: dict[str, asyncio.Future[TopicProcessor]] = {}
         self._server: asyncio.Server | None = None
         self._http: Any = None
@@ -276,6 +283,10 @@ class BrokerServer:
         await proc.close(trigger, timeout=self.config.shutdown_timeout_s)
         if self.processors.get(name) is proc:
             del self.processors[name]
+
+    def receive_buffer(self, n: int) -> memoryview | None:
+        """A reused buffer of exactly ``n`` bytes for a large request, or None."""
+        return self._receive.take(n)
 
     async def processor_for(self, topic: str) -> TopicProcessor:
         proc = self.processors.get(topic)

@@ -27,7 +27,7 @@ by ``request_id``.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Generic, TypeVar
@@ -260,7 +260,10 @@ class PrefixedReceiver(Generic[F]):
     Small frames are received into a reusable staging buffer and copied out; a frame
     whose length prefix announces more than ``big_frame`` bytes gets its own buffer of
     exactly that size and the rest of it is received straight into it, so a large frame
-    costs no user-space copy on the way in. Each length is checked by
+    costs no user-space copy on the way in. That buffer comes from ``take(n)`` when
+    given (a writable view of exactly ``n`` bytes, or None), else it is fresh memory:
+    the broker passes its pool of reused receive buffers, so that large frames do not
+    each cost new memory the kernel maps a page fault at a time. Each length is checked by
     :meth:`_check_length` before anything is allocated from it; each complete frame
     (prefix included) is handed to :meth:`_frame`, which makes what ``received``
     returns.
@@ -271,22 +274,28 @@ class PrefixedReceiver(Generic[F]):
     resynchronised).
     """
 
-    __slots__ = ("_big", "_big_at", "_buf", "_end", "_start", "big_frame", "broken")
+    __slots__ = ("_big", "_big_at", "_buf", "_end", "_start", "_take", "big_frame", "broken")
 
-    def __init__(self, staging: int = 256 * 1024, big_frame: int = 64 * 1024) -> None:
+    def __init__(
+        self,
+        staging: int = 256 * 1024,
+        big_frame: int = 64 * 1024,
+        take: Callable[[int], memoryview | None] | None = None,
+    ) -> None:
         self.big_frame = big_frame
         self.broken: MemqFormatError | None = None
         self._buf = bytearray(staging)
         self._start = 0
         self._end = 0
-        self._big: bytearray | None = None
+        self._big: memoryview | None = None  # (exactly the frame's bytes)
         self._big_at = 0
+        self._take = take
 
     def _check_length(self, length: int) -> None:
         """Raise a MemqFormatError for a length prefix the protocol does not allow."""
         raise NotImplementedError
 
-    def _frame(self, view: memoryview, owner: bytes | bytearray) -> F:
+    def _frame(self, view: memoryview, owner: object) -> F:
         """What ``received`` returns for one complete frame: ``view`` (of ``owner``)
         holds its bytes from the length prefix on."""
         raise NotImplementedError
@@ -298,7 +307,7 @@ class PrefixedReceiver(Generic[F]):
 
     def get_buffer(self) -> memoryview:
         if self._big is not None:
-            return memoryview(self._big)[self._big_at :]
+            return self._big[self._big_at :]
         if self.broken is not None:  # (bytes after a refused prefix are never parsed)
             self._start = self._end = 0
         if len(self._buf) - self._end < 4096:
@@ -316,7 +325,7 @@ class PrefixedReceiver(Generic[F]):
             self._big_at += nbytes
             if self._big_at < len(self._big):
                 return out
-            out.append(self._frame(memoryview(self._big), self._big))
+            out.append(self._frame(self._big, self._big.obj))
             self._big = None
             return out
         self._end += nbytes
@@ -337,7 +346,9 @@ class PrefixedReceiver(Generic[F]):
                 continue
             if total > self.big_frame or total > len(buf):
                 # Receive the rest of this frame straight into a buffer of its own.
-                big = bytearray(total)
+                big = self._take(total) if self._take is not None else None
+                if big is None:
+                    big = memoryview(bytearray(total))
                 big[:have] = memoryview(buf)[self._start : self._end]
                 self._big, self._big_at = big, have
                 self._start = self._end = 0
@@ -358,14 +369,15 @@ class FrameReceiver(PrefixedReceiver[RawFrame]):
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         staging: int = 256 * 1024,
         big_frame: int = 64 * 1024,
+        take: Callable[[int], memoryview | None] | None = None,
     ) -> None:
-        super().__init__(staging, big_frame)
+        super().__init__(staging, big_frame, take)
         self.max_frame_size = max_frame_size
 
     def _check_length(self, length: int) -> None:
         _check_frame_length(length, self.max_frame_size)
 
-    def _frame(self, view: memoryview, owner: bytes | bytearray) -> RawFrame:
+    def _frame(self, view: memoryview, owner: object) -> RawFrame:
         return _raw_from(view, owner)
 
 
@@ -388,7 +400,7 @@ def _check_frame_length(length: int, max_frame_size: int) -> None:
         raise MalformedError(f"frame length {length} is below the {_MIN_LENGTH}-byte minimum")
 
 
-def _raw_from(view: memoryview, owner: bytes | bytearray) -> RawFrame:
+def _raw_from(view: memoryview, owner: object) -> RawFrame:
     """A RawFrame over one complete frame; the payload is a view of ``owner`` (no copy)."""
     crc = int.from_bytes(view[4:8], "big")
     version, flags, type_, rid = _STABLE.unpack_from(view, 8)

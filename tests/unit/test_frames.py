@@ -27,6 +27,7 @@ from memq.formats import (
     parse_frame,
     request_frame_parts,
 )
+from memq.storage_handlers.receive import ReceiveBuffers
 from tests.unit.corruption import every_bit_flip, every_truncation, random_flips
 
 u16 = st.integers(0, 0xFFFF)
@@ -189,6 +190,34 @@ def test_receiver_puts_big_frames_in_their_own_buffer():
     buf[:] = rest
     (raw,) = rx.received(len(rest))
     assert not raw.crc_ok
+
+
+def test_receiver_takes_big_frame_buffers_from_a_pool_and_reuses_only_idle_ones():
+    """With ``take`` (the broker's ReceiveBuffers), a big frame lands in a pooled buffer:
+    the next frame reuses it once nothing refers to the first, and never while a frame
+    (or any view of it) is kept; a frame larger than the pool's bound gets fresh memory."""
+    pool = ReceiveBuffers(max_bytes=2 << 20, min_size=128 << 10)
+    bodies = [random.Random(i).randbytes(600_000) for i in range(4)]
+    frames = [encode_request(RequestType.WRITE, i, b) for i, b in enumerate(bodies)]
+    rx = FrameReceiver(staging=65536, big_frame=65536, take=pool.take)
+
+    (first,) = _receive_all(rx, frames[0], [1000])
+    assert bytes(first.body) == bodies[0]
+    del first  # (handled: nothing refers to its buffer any more)
+    (second,) = _receive_all(rx, frames[1], [50_000])
+    assert (pool.made, pool.reused) == (1, 1)
+    kept = second.body  # a view the application keeps: its buffer is not reused
+    (third,) = _receive_all(rx, frames[2], [])
+    assert (pool.made, pool.reused) == (2, 1)
+    assert bytes(kept) == bodies[1] and bytes(third.body) == bodies[2]
+    held = third.body  # no room for a third 768 KiB buffer: the oldest is let go
+    (fourth,) = _receive_all(rx, frames[3], [7])
+    assert (pool.made, pool.reused) == (3, 1)
+    assert bytes(fourth.body) == bodies[3]
+    assert bytes(kept) == bodies[1] and bytes(held) == bodies[2]
+    huge = random.Random(9).randbytes(3 << 20)  # over the pool's bound: fresh memory
+    (fifth,) = _receive_all(rx, encode_request(RequestType.WRITE, 9, huge), [])
+    assert bytes(fifth.body) == huge and (pool.made, pool.reused) == (3, 1)
 
 
 def test_receiver_rejects_bad_lengths_after_the_frames_before_them():
