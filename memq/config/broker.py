@@ -77,6 +77,7 @@ class BrokerConfig(FrozenModel):
     #: Ingest this broker can take (MB/s), for the governor's assignment.
     capacity_mbps: float = Field(default=100.0, gt=0)
     #: Largest request accepted; larger frames are refused and the connection closed.
+    #: The broker keeps up to twice this in reused buffers for requests of 128 KiB up.
     max_frame_bytes: int = Field(default=16 * MiB, ge=64 * 1024, le=1024 * MiB)
     #: Broker-wide bound on batch buffer memory: every topic's open batches and uploads
     #: take their buffers from one pool of this size (an idle topic takes none).
