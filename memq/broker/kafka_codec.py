@@ -257,7 +257,7 @@ class KafkaFrameReceiver(PrefixedReceiver[memoryview]):
         if not 8 <= length <= self.max_bytes:
             raise FrameTooLargeError(f"a request of {length} bytes (allowed 8..{self.max_bytes})")
 
-    def _frame(self, view: memoryview, owner: object) -> memoryview:
+    def _frame(self, view: memoryview) -> memoryview:
         return view[4:]
 
 

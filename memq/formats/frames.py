@@ -295,9 +295,9 @@ class PrefixedReceiver(Generic[F]):
         """Raise a MemqFormatError for a length prefix the protocol does not allow."""
         raise NotImplementedError
 
-    def _frame(self, view: memoryview, owner: object) -> F:
-        """What ``received`` returns for one complete frame: ``view`` (of ``owner``)
-        holds its bytes from the length prefix on."""
+    def _frame(self, view: memoryview) -> F:
+        """What ``received`` returns for one complete frame: ``view`` holds its bytes
+        from the length prefix on (and keeps the buffer under them alive)."""
         raise NotImplementedError
 
     @property
@@ -325,7 +325,7 @@ class PrefixedReceiver(Generic[F]):
             self._big_at += nbytes
             if self._big_at < len(self._big):
                 return out
-            out.append(self._frame(self._big, self._big.obj))
+            out.append(self._frame(self._big))
             self._big = None
             return out
         self._end += nbytes
@@ -341,7 +341,7 @@ class PrefixedReceiver(Generic[F]):
             have = self._end - self._start
             if have >= total:
                 frame = bytes(memoryview(buf)[self._start : self._start + total])
-                out.append(self._frame(memoryview(frame), frame))
+                out.append(self._frame(memoryview(frame)))
                 self._start += total
                 continue
             if total > self.big_frame or total > len(buf):
@@ -377,8 +377,8 @@ class FrameReceiver(PrefixedReceiver[RawFrame]):
     def _check_length(self, length: int) -> None:
         _check_frame_length(length, self.max_frame_size)
 
-    def _frame(self, view: memoryview, owner: object) -> RawFrame:
-        return _raw_from(view, owner)
+    def _frame(self, view: memoryview) -> RawFrame:
+        return _raw_from(view)
 
 
 #: The first four bytes of an HTTP response ("HTTP") read as a frame length.
@@ -400,8 +400,8 @@ def _check_frame_length(length: int, max_frame_size: int) -> None:
         raise MalformedError(f"frame length {length} is below the {_MIN_LENGTH}-byte minimum")
 
 
-def _raw_from(view: memoryview, owner: object) -> RawFrame:
-    """A RawFrame over one complete frame; the payload is a view of ``owner`` (no copy)."""
+def _raw_from(view: memoryview) -> RawFrame:
+    """A RawFrame over one complete frame; the payload is a view of it (no copy)."""
     crc = int.from_bytes(view[4:8], "big")
     version, flags, type_, rid = _STABLE.unpack_from(view, 8)
     ok = crc32(view[8:]) == crc
