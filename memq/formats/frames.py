@@ -311,9 +311,11 @@ class PrefixedReceiver(Generic[F]):
         if self.broken is not None:  # (bytes after a refused prefix are never parsed)
             self._start = self._end = 0
         if len(self._buf) - self._end < 4096:
-            # Compact: move the partial frame to the front of the staging buffer.
+            # Compact: move the partial frame to the front of the staging buffer (within
+            # one view: slicing the bytearray itself would copy the bytes out first).
             n = self._end - self._start
-            self._buf[:n] = self._buf[self._start : self._end]
+            view = memoryview(self._buf)
+            view[:n] = view[self._start : self._end]
             self._start, self._end = 0, n
         return memoryview(self._buf)[self._end :]
 
