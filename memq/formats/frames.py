@@ -310,14 +310,14 @@ class PrefixedReceiver(Generic[F]):
             return self._big[self._big_at :]
         if self.broken is not None:  # (bytes after a refused prefix are never parsed)
             self._start = self._end = 0
-        if len(self._buf) - self._end < 4096:
+        view = memoryview(self._buf)
+        if len(view) - self._end < 4096:
             # Compact: move the partial frame to the front of the staging buffer (within
-            # one view: slicing the bytearray itself would copy the bytes out first).
+            # the view: slicing the bytearray itself would copy the bytes out first).
             n = self._end - self._start
-            view = memoryview(self._buf)
             view[:n] = view[self._start : self._end]
             self._start, self._end = 0, n
-        return memoryview(self._buf)[self._end :]
+        return view[self._end :]
 
     def received(self, nbytes: int) -> list[F]:
         """Account ``nbytes`` written into the last buffer; return the frames completed
