@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
+# Apache Kafka for the local stack, pinned by memq/devstack/jvm/pom.xml (KAFKA_HOME: yours).
+KAFKA_POM   := memq/devstack/jvm/pom.xml
+KAFKA_STAMP := $(VENV)/kafka/.fetched-stamp
 PYTEST_ARGS ?=
 
 .PHONY: help install demo test lint typecheck unit integration bench chaos clean dev-up dev-down
@@ -16,7 +19,6 @@ help:
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "MemQ-py needs Python 3.11+: run make PYTHON=/path/to/python3.11")'
-	@command -v java >/dev/null 2>&1 || echo "note: java (17+) is not on PATH: the local ZooKeeper needs it (apt-get install openjdk-17-jre-headless)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev,spark]'
@@ -46,7 +48,30 @@ $(STAMP): pyproject.toml
 	fi
 	@touch $(STAMP)
 
-install: $(STAMP)
+# Kafka's jars (93 of them, ~54 MB) into .venv/kafka/libs, once; nothing downloads at test time.
+$(KAFKA_STAMP): $(KAFKA_POM) | $(STAMP)
+	@v=$$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\)\.*\([0-9]*\).*/\1 \2/p' | head -1); \
+	 major=$${v%% *}; [ "$$major" = 1 ] && major=$${v##* }; \
+	 if [ -z "$$major" ]; then \
+		echo "error: java is not on PATH: the local Kafka and ZooKeeper need Java 17+ (apt-get install openjdk-17-jre-headless)"; exit 1; \
+	 elif [ "$$major" -lt 17 ]; then \
+		echo "error: java on PATH is Java $$major: Kafka 4 needs Java 17+ (apt-get install openjdk-17-jre-headless, put it first on PATH)"; exit 1; \
+	 fi
+	@if [ -n "$$KAFKA_HOME" ]; then \
+		ls "$$KAFKA_HOME"/libs/kafka_2.13-*.jar >/dev/null 2>&1 || \
+			{ echo "error: KAFKA_HOME=$$KAFKA_HOME holds no Kafka distribution (libs/kafka_2.13-*.jar): point it at an unpacked Kafka 4.x or unset it"; exit 1; }; \
+		echo "using Apache Kafka from KAFKA_HOME=$$KAFKA_HOME (nothing fetched)"; \
+	 else \
+		command -v mvn >/dev/null 2>&1 || \
+			{ echo "error: mvn is missing: it fetches Apache Kafka for the local stack (apt-get install maven), or set KAFKA_HOME to an unpacked Kafka 4.x"; exit 1; }; \
+		echo "fetching Apache Kafka (memq/devstack/jvm/pom.xml) into $(VENV)/kafka/libs"; \
+		rm -rf $(VENV)/kafka/libs; \
+		mvn -q -B -f $(KAFKA_POM) dependency:copy-dependencies -DoutputDirectory=$(CURDIR)/$(VENV)/kafka/libs || \
+			{ echo "error: fetching Apache Kafka with mvn failed (above): check access to Maven Central (~/.m2/settings.xml), or set KAFKA_HOME to an unpacked Kafka 4.x"; exit 1; }; \
+		touch $(KAFKA_STAMP); \
+	 fi
+
+install: $(STAMP) $(KAFKA_STAMP)
 
 demo: install
 	$(BIN)/memq demo

@@ -69,8 +69,8 @@ from benchlib import eprint
 from memq.devstack import DevStack
 from memq.devstack.brokers import start_broker
 from memq.devstack.faultproxy import FaultProxy
+from memq.devstack.kafka import KafkaService
 from memq.devstack.procs import ProcessRef, free_port, is_alive, stop, wait_for
-from memq.devstack.services import KafkaService
 
 KINDS = ["kill9", "sigstop", "s3_503", "s3_reset", "s3_latency", "s3_stall", "zk_restart",
          "kafka_outage"]  # fmt: skip

@@ -81,10 +81,9 @@ def notification_consumer_conf(c: ConsumerConfig, bootstrap: str) -> dict[str, A
         "enable.auto.offset.store": False,
         "session.timeout.ms": c.session_timeout_ms,
         "heartbeat.interval.ms": c.heartbeat_interval_ms,
-        # librdkafka waits up to 500 ms per empty fetch; a broker that does not answer
-        # a waiting fetch as soon as data arrives (Tansu here: p50 141 ms, p90 251 ms
-        # from produce to poll at 500, 15/52 ms at 100) adds that to end-to-end
-        # latency. Ten empty fetches a second per broker cost nothing.
+        # librdkafka waits up to 500 ms per empty fetch; a Kafka-protocol broker that
+        # does not answer a waiting fetch as soon as data arrives adds that to
+        # end-to-end latency. Ten empty fetches a second per broker cost nothing.
         "fetch.wait.max.ms": 100,
         **c.kafka,
     }

@@ -357,7 +357,7 @@ def demo_with_stack(
     started = state is None
     if state is None:
         say(
-            "starting the local stack (moto S3, Tansu Kafka, ZooKeeper, 3 MemQ brokers, auditor)..."
+            "starting the local stack (moto S3, Apache Kafka, ZooKeeper, 3 MemQ brokers, auditor)..."
         )
         state = stack.up(progress=say, brokers=3)
     try:

@@ -4,7 +4,7 @@ Enable in your ``conftest.py``::
 
     pytest_plugins = ["memq.testing"]
 
-``memq_stack`` starts moto S3, Tansu and ZooKeeper once per session, on free ports,
+``memq_stack`` starts moto S3, Apache Kafka and ZooKeeper once per session, on free ports,
 under a temporary state dir (or uses MEMQ_S3_ENDPOINT / MEMQ_KAFKA_BOOTSTRAP /
 MEMQ_ZK_CONNECT), and stops them at the end. Per-test fixtures give each test its own
 bucket, topic names and ZooKeeper chroot, so tests do not see each other's data.

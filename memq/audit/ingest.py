@@ -52,7 +52,7 @@ def resync_reason(
     ``stored_id``/``current_id``: the topic id the offsets were read from and the topic's
     id now (None: unknown, or a Kafka without topic ids); ``stored``: the next offset per
     partition; ``ends``: the high watermark per partition, consulted only when Kafka has
-    no topic ids (Tansu, for one, reports the end of a multi-record batch low).
+    no topic ids.
     """
     if stored_id is not None and current_id is not None and stored_id != current_id:
         return (

@@ -13,7 +13,7 @@ from rich.table import Table
 from memq.cli.options import STATE_DIR
 
 app = typer.Typer(
-    help="Run the local stack: moto S3, Tansu (Kafka protocol) and ZooKeeper on 127.0.0.1.",
+    help="Run the local stack: moto S3, Apache Kafka (KRaft) and ZooKeeper on 127.0.0.1.",
     no_args_is_help=True,
 )
 out = Console()

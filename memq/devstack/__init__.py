@@ -1,4 +1,4 @@
-"""The local development stack: real S3 (moto), Kafka protocol (Tansu) and ZooKeeper.
+"""The local development stack: real S3 (moto), Apache Kafka (KRaft) and ZooKeeper.
 
 Used by ``memq dev up|status|down|logs`` and by the pytest fixtures in
 :mod:`memq.testing`: one code path for both.

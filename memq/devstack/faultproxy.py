@@ -1,6 +1,6 @@
 """A fault-injecting TCP proxy (with S3-aware HTTP faults) for tests and chaos runs.
 
-Put it in front of a real server (moto, Tansu) and switch modes while traffic flows:
+Put it in front of a real server (moto, Kafka) and switch modes while traffic flows:
 
 - ``pass``: forward bytes both ways (optionally with ``delay`` seconds added per chunk);
 - ``reset``: accept and immediately reset new connections;

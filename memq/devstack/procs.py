@@ -25,6 +25,7 @@ __all__ = [
     "free_port",
     "is_alive",
     "port_open",
+    "run_checked",
     "spawn",
     "stop",
     "wait_for",
@@ -169,3 +170,25 @@ def wait_for(
         if time.monotonic() >= deadline:
             raise DevStackError(f"{what}: not ready after {timeout:.0f} s")
         time.sleep(interval)
+
+
+def run_checked(argv: Sequence[str], *, what: str, timeout: float) -> str:
+    """Run a short command to completion; its output, or a DevStackError naming ``what``
+    with the last lines it printed."""
+    try:
+        done = subprocess.run(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as e:
+        raise DevStackError(f"{what}: no answer after {timeout:.0f} s") from e
+    except OSError as e:
+        raise DevStackError(f"{what}: cannot start {argv[0]}: {e}") from e
+    if done.returncode != 0:
+        tail = " | ".join((done.stdout + done.stderr).strip().splitlines()[-3:])
+        raise DevStackError(f"{what} failed (exit {done.returncode}): {tail}")
+    return done.stdout

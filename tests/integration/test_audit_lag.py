@@ -1,5 +1,5 @@
 """Consumer-group lag in the auditor (issue 17): ``/api/lag``, ``/metrics`` and the
-dashboard's "Consumer lag" table in Chromium, against a real broker, Kafka (Tansu) and S3.
+dashboard's "Consumer lag" table in Chromium, against a real broker, Apache Kafka and S3.
 
 Records go to a one-partition topic in three acked bursts (several objects, hence
 notifications); a fresh group reads exactly the first object and commits, and the
@@ -157,7 +157,7 @@ def test_lag_of_a_group_on_api_metrics_and_dashboard(
             len(objects),
         ), row
         assert row["lag_seconds"] is not None and row["lag_seconds"] >= 0, row
-        assert row["state"] != "unknown", row  # Tansu's listing says unknown: described
+        assert row["state"] != "unknown", row
         assert not row["records_estimated"]
         assert [(p["partition"], p["committed"], p["end"]) for p in row["partitions"]] == [
             (0, 1, len(objects))

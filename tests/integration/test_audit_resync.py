@@ -16,8 +16,8 @@ from typing import Any
 
 from memq.audit.config import AuditorConfig
 from memq.devstack import StackState
+from memq.devstack.kafka import KafkaService
 from memq.devstack.procs import stop, wait_for
-from memq.devstack.services import KafkaService
 from memq.formats.audit import encode_audit
 from memq.run.auditor import AuditorThread
 from memq.storage_handlers.kafka_sink import ensure_topic

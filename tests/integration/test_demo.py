@@ -40,5 +40,5 @@ def test_memq_demo_command_starts_and_stops_its_stack(tmp_path: Path) -> None:
     assert list(tmp.glob("memq-demo-backfill-*")) == []  # the backfill's Parquet is removed
     # Every server it started is gone: their pid files name dead processes.
     refs = [ProcessRef(int(p.read_text()), None) for p in d.glob("*/*.pid")]
-    assert len(refs) == 7  # moto, Tansu, ZooKeeper, three brokers and the auditor
+    assert len(refs) == 7  # moto, Kafka, ZooKeeper, three brokers and the auditor
     assert not any(is_alive(r) for r in refs)

@@ -8,13 +8,14 @@ import socket
 import subprocess
 import sys
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from memq.devstack import DevStack, StackState
+from memq.devstack.kafka import KafkaService
 from memq.devstack.procs import ProcessRef, is_alive
-from memq.devstack.services import KafkaService
 from memq.errors import DevStackError
 
 
@@ -46,8 +47,18 @@ def _refs(state_dir: Path) -> list[ProcessRef]:
     return refs + [ProcessRef(c["pid"], c["start_time"]) for c in comps]
 
 
-def test_up_status_logs_restart_down(tmp_path: Path) -> None:
-    d = str(tmp_path / "st")
+@pytest.fixture
+def stack_dir(tmp_path: Path) -> Iterator[str]:
+    """A state dir whose stack is stopped after the test, passed or failed."""
+    d = tmp_path / "st"
+    try:
+        yield str(d)
+    finally:
+        DevStack(d).down(timeout=5)
+
+
+def test_up_status_logs_restart_down(stack_dir: str) -> None:
+    d = stack_dir
     memq("dev", "up", "--state-dir", d)
     refs = _refs(Path(d))
     assert len(refs) == 5 and all(is_alive(r) for r in refs)
@@ -92,7 +103,10 @@ def test_up_status_logs_restart_down(tmp_path: Path) -> None:
     assert "governor broker-1" in memq("cluster", "status", "--state-dir", d).stdout
     memq("topic", "create", "orders", "--state-dir", d, "--set", "batch.ms=500")
 
-    assert "ready in" in memq("dev", "logs", "kafka", "--state-dir", d).stdout
+    assert (
+        "Kafka Server started"
+        in memq("dev", "logs", "kafka", "-n", "5000", "--state-dir", d).stdout
+    )
     assert "memq broker ready" in memq("dev", "logs", "broker-1", "--state-dir", d).stdout
     assert "memq auditor ready" in memq("dev", "logs", "auditor", "--state-dir", d).stdout
     assert (
@@ -114,6 +128,23 @@ def test_up_status_logs_restart_down(tmp_path: Path) -> None:
     zk.start(timeout=20)
     assert zk.get("/survives-restart")[0] == b"yes"
     zk.stop()
+    # Restarting Kafka keeps its topics and records, and its port.
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    bootstrap = stack.require().kafka_bootstrap
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic("survives", 1, 1)])["survives"].result(30)
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    p.produce("survives", b"kept")
+    assert p.flush(30) == 0
+    stack.restart("kafka")
+    assert stack.require().kafka_bootstrap == bootstrap
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "g", "enable.auto.commit": False})
+    c.assign([TopicPartition("survives", 0, 0)])
+    m = c.poll(30)
+    c.close()
+    assert m is not None and m.error() is None and m.value() == b"kept"
     refs = _refs(Path(d))
 
     memq("dev", "down", "--state-dir", d)
@@ -157,6 +188,43 @@ def test_missing_java_is_one_clear_message(memq_stack: StackState, tmp_path: Pat
     assert proc.returncode == 1
     assert "java was not found" in proc.stderr and "openjdk-17" in proc.stderr
     assert "Traceback" not in proc.stderr
+    assert not (d / "stack.json").exists()
+
+
+def test_old_java_is_one_clear_message(memq_stack: StackState, tmp_path: Path) -> None:
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    java = fake / "java"
+    java.write_text("#!/bin/sh\necho 'openjdk version \"11.0.22\" 2024-01-16' >&2\n")
+    java.chmod(0o755)
+    env = {
+        **os.environ,
+        "PATH": f"{fake}:{os.environ['PATH']}",
+        "MEMQ_S3_ENDPOINT": memq_stack.s3_endpoint,
+        "MEMQ_ZK_CONNECT": memq_stack.zk_connect,
+    }
+    env.pop("MEMQ_KAFKA_BOOTSTRAP", None)
+    d = tmp_path / "oldjava"
+    proc = memq("dev", "up", "--state-dir", str(d), env=env, check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "is Java 11" in proc.stderr and "need Java 17+" in proc.stderr
+    assert not (d / "stack.json").exists()
+
+
+def test_kafka_home_without_kafka_is_one_clear_message(
+    memq_stack: StackState, tmp_path: Path
+) -> None:
+    env = {
+        **os.environ,
+        "KAFKA_HOME": str(tmp_path),
+        "MEMQ_S3_ENDPOINT": memq_stack.s3_endpoint,
+        "MEMQ_ZK_CONNECT": memq_stack.zk_connect,
+    }
+    env.pop("MEMQ_KAFKA_BOOTSTRAP", None)
+    d = tmp_path / "nokafka"
+    proc = memq("dev", "up", "--state-dir", str(d), env=env, check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert f"KAFKA_HOME={tmp_path} holds no Kafka distribution" in proc.stderr
     assert not (d / "stack.json").exists()
 
 

@@ -1,4 +1,4 @@
-"""Retention end to end on the real local stack (moto S3, Tansu, ZooKeeper): the retention
+"""Retention end to end on the real local stack (moto S3, Apache Kafka, ZooKeeper): the retention
 job deletes exactly the expired objects and the orphans older than the grace, --dry-run
 deletes nothing, topic update of retention.ms reaches Kafka or fails saying why,
 --purge leaves nothing behind, lifecycle rules round-trip through S3."""

@@ -14,8 +14,9 @@ import pytest
 from memq import Producer
 from memq.devstack import StackState
 from memq.devstack.faultproxy import FaultProxy
+from memq.devstack.kafka import KafkaService
 from memq.devstack.procs import free_port, wait_for
-from memq.devstack.services import KafkaService, ServiceState
+from memq.devstack.services import ServiceState
 from memq.errors import NotificationError, RequestTimeoutError, StorageError
 from memq.run.broker import BrokerThread
 from memq.testing import broker_config
@@ -99,7 +100,7 @@ def test_s3_down_past_deadline_fails_producers_and_broker_keeps_serving(
 
 @pytest.fixture
 def kafka_behind_proxy(tmp_path: Path) -> Iterator[tuple[ServiceState, FaultProxy]]:
-    """A dedicated Tansu that advertises a proxy port, so every Kafka connection crosses it."""
+    """A dedicated Kafka that advertises a proxy port, so every Kafka connection crosses it."""
     proxy_port = free_port()
     svc = KafkaService(advertised_port=proxy_port)
     state = svc.start(tmp_path)
