@@ -20,9 +20,40 @@ from typing import Any
 import pytest
 
 from memq.config import BrokerConfig, load_broker_config
-from memq.devstack import DevStack, StackState
+from memq.devstack import DevStack, StackState, procs
 
-__all__ = ["broker_config", "memq_stack", "s3_bucket", "unique_name", "zk_chroot"]
+__all__ = [
+    "broker_config",
+    "memq_leftover_servers",
+    "memq_stack",
+    "s3_bucket",
+    "unique_name",
+    "zk_chroot",
+]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def memq_leftover_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Stops, at the end of the session, every server a test started and left running
+    (a test that failed before its own cleanup): each one :func:`procs.spawn` starts, in
+    this process or a ``memq dev up`` subprocess, is listed in a file named by
+    ``MEMQ_SPAWN_LOG``. Set up before the stack, so it runs after the stack is down."""
+    log = tmp_path_factory.mktemp("memq-spawned") / "spawned.txt"
+    saved = os.environ.get(procs.SPAWN_LOG_ENV)
+    os.environ[procs.SPAWN_LOG_ENV] = str(log)
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(procs.SPAWN_LOG_ENV, None)
+        else:
+            os.environ[procs.SPAWN_LOG_ENV] = saved
+        left = [ref for ref in procs.spawned(log) if procs.is_alive(ref)]
+        for ref in left:
+            procs.stop(ref, timeout=5)
+        if left:
+            pids = ", ".join(str(r.pid) for r in left)
+            print(f"\nmemq.testing: stopped {len(left)} server(s) tests left running: {pids}")
 
 
 @pytest.fixture(scope="session")

@@ -21,17 +21,24 @@ from typing import TypeVar
 from memq.errors import DevStackError
 
 __all__ = [
+    "SPAWN_LOG_ENV",
     "ProcessRef",
     "free_port",
     "is_alive",
     "port_open",
     "run_checked",
     "spawn",
+    "spawned",
     "stop",
     "wait_for",
 ]
 
 T = TypeVar("T")
+
+#: When set, every process :func:`spawn` starts is appended to this file as a line
+#: ``<pid> <start time>``, by whichever process spawns it (``memq dev up`` in a
+#: subprocess too): the pytest plugin stops what is left at the end of a test session.
+SPAWN_LOG_ENV = "MEMQ_SPAWN_LOG"
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +86,24 @@ def spawn(
             )
         except OSError as e:
             raise DevStackError(f"cannot start {argv[0]}: {e}") from e
-    return proc, ProcessRef(proc.pid, start_time_of(proc.pid))
+    ref = ProcessRef(proc.pid, start_time_of(proc.pid))
+    if spawn_log := os.environ.get(SPAWN_LOG_ENV):
+        with open(spawn_log, "a") as f:
+            f.write(f"{ref.pid} {ref.start_time if ref.start_time is not None else '-'}\n")
+    return proc, ref
+
+
+def spawned(spawn_log: Path) -> list[ProcessRef]:
+    """The processes a :data:`SPAWN_LOG_ENV` file lists."""
+    try:
+        lines = spawn_log.read_text().splitlines()
+    except FileNotFoundError:
+        return []
+    refs = []
+    for line in lines:
+        pid, start = line.split()
+        refs.append(ProcessRef(int(pid), None if start == "-" else int(start)))
+    return refs
 
 
 def is_alive(ref: ProcessRef) -> bool:

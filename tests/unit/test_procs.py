@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import subprocess
 import sys
 import time
 
@@ -54,3 +55,28 @@ def test_free_port_is_bindable():
     p = free_port()
     with socket.socket() as s:
         s.bind(("127.0.0.1", p))
+
+
+def test_spawn_log_lists_what_a_subprocess_spawns(tmp_path, monkeypatch):
+    from memq.devstack.procs import SPAWN_LOG_ENV, spawned
+
+    log = tmp_path / "spawned.txt"
+    monkeypatch.setenv(SPAWN_LOG_ENV, str(log))
+    code = (
+        "import sys; from pathlib import Path; from memq.devstack.procs import spawn; "
+        "_, r = spawn([sys.executable, '-c', 'import time; time.sleep(60)'], Path(sys.argv[1])); "
+        "print(r.pid, r.start_time)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "child.log")],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )  # the grandchild outlives its parent, as `memq dev up`'s servers do
+    pid, start = (int(x) for x in out.stdout.split())
+    (ref,) = spawned(log)
+    assert ref == ProcessRef(pid, start) and is_alive(ref)
+    stop(ref, timeout=5)
+    assert not is_alive(ref)
+    assert spawned(tmp_path / "none.txt") == []
