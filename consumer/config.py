@@ -27,7 +27,8 @@ class ConsumerConfig(AuditedClientConfig):
     auto_offset_reset: Literal["earliest", "latest"] = Field(
         default="latest", alias="auto.offset.reset"
     )
-    #: Commit, during poll(), what was already handed to the application (with a group.id).
+    #: Commit, at the start of consume()/poll(), what earlier calls handed to the
+    #: application (with a group.id): a crash while processing a batch hands it out again.
     enable_auto_commit: bool = Field(default=True, alias="enable.auto.commit")
     #: How often poll()/consume() commit with enable.auto.commit.
     auto_commit_interval_ms: int = Field(default=5000, ge=100, alias="auto.commit.interval.ms")

@@ -308,9 +308,12 @@ class Consumer:
         check_timeout(timeout)
         if self._members.mode is None:
             raise MemqError("subscribe() to a topic, or assign() partitions, before consuming")
+        # Auto-commit covers what earlier calls handed out, never this call's records:
+        # asking for more is what says the previous ones were processed (Kafka's Java
+        # consumer does the same), so a crash mid-batch hands that batch out again.
+        self._offsets.maybe_auto_commit()
         got = self._delivery.hand_out(limit, timeout, take)
         self.stats.records += got
-        self._offsets.maybe_auto_commit()
         return got
 
     def poll(self, timeout: float | None = None) -> Message | None:

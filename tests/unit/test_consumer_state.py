@@ -207,6 +207,27 @@ def test_e_a_persistent_fetch_error_is_raised_typed_after_the_deadline(harnesses
     assert [m.value for m in h.delivered] == values(objs)
 
 
+# --- auto-commit covers what earlier calls handed out ------------------------------------------
+
+
+def test_auto_commit_never_covers_the_batch_just_handed_out(harnesses: Any) -> None:
+    """A crash while the application processes a batch hands that batch out again: the
+    auto-commit made inside consume() covers only what earlier calls returned."""
+    h = harnesses(
+        partitions=1,
+        config={"enable.auto.commit": True, "auto.commit.interval.ms": 100, **NO_DEDUP},
+    )
+    objs = [h.publish(0) for _ in range(3)]
+    h.assign(0)
+    first = h.consume_until(len(objs[0].values) + 3)  # an object and a bit of the next
+    time.sleep(0.15)  # the interval passes while the application works (a clock, not sync)
+    batch = h.consume(5, 0.05)  # asking for more says ``first`` was processed...
+    assert batch and set(m.value for m in first) <= h.committed_records()
+    # ...but nothing says ``batch`` was: a crash now gives it to the next owner.
+    assert not set(m.value for m in batch) & h.committed_records()
+    h.check_commits()
+
+
 # --- f: close waits for fetches in flight (bounded) before closing readers ---------------------
 
 
