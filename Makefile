@@ -7,12 +7,17 @@ STAMP  := $(VENV)/.installed-stamp
 KAFKA_POM   := memq/devstack/jvm/pom.xml
 KAFKA_STAMP := $(VENV)/kafka/.fetched-stamp
 PYTEST_ARGS ?=
+# pytest-xdist workers, each with its own local stack: the suite mostly waits (batch
+# timers, group joins, JVM starts), so two workers on two cores halve its time.
+WORKERS ?= 2
+XDIST   := -n $(WORKERS) --dist loadfile
 
-.PHONY: help install demo test lint typecheck unit integration bench chaos clean dev-up dev-down
+.PHONY: help install demo test check lint typecheck unit integration bench chaos clean dev-up dev-down
 
 help:
 	@echo "make demo   set up .venv, start the local stack, run the end-to-end demo, stop the stack"
 	@echo "make test   set up .venv, run ruff, import-linter, mypy and the whole pytest suite (real local servers)"
+	@echo "make check  the inner loop: lint, types and every test not marked slow (a few minutes)"
 	@echo "make chaos  fault-injection suite, hostile-client soak, overload, consumer state scripts, decoder fuzzing"
 	@echo "make bench  run the benchmark suite (~50 min; writes benchmarks/results/report.md, topics.json, kafka_ingest.json)"
 	@echo "make clean  remove .venv, caches and the local stack's state"
@@ -85,13 +90,16 @@ typecheck: install
 	$(BIN)/mypy
 
 test: lint typecheck
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
+
+check: lint typecheck
+	$(BIN)/python -m pytest $(XDIST) -m "not slow" $(PYTEST_ARGS)
 
 unit: install
 	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
 
 integration: install
-	$(BIN)/python -m pytest tests/integration $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(XDIST) tests/integration $(PYTEST_ARGS)
 
 bench: install
 	$(BIN)/memq bench

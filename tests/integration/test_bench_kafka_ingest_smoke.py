@@ -9,7 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from memq.devstack import StackState
+
+pytestmark = pytest.mark.slow  # 20 s or more: run first, not in `make check`
 
 ROOT = Path(__file__).parent.parent.parent
 

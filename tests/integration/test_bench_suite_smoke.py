@@ -9,8 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from memq.devstack import StackState
 from tests.integration.helpers import external_stack_env
+
+pytestmark = pytest.mark.slow  # 20 s or more: run first, not in `make check`
 
 ROOT = Path(__file__).parent.parent.parent
 

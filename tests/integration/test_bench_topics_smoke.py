@@ -9,6 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # 20 s or more: run first, not in `make check`
+
 ROOT = Path(__file__).parent.parent.parent
 
 

@@ -7,9 +7,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from memq.demo import run_demo
 from memq.devstack import StackState
 from memq.devstack.procs import ProcessRef, is_alive
+
+pytestmark = pytest.mark.slow  # 20 s or more: run first, not in `make check`
 
 
 def test_demo_pipeline(memq_stack: StackState) -> None:

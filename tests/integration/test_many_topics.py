@@ -7,9 +7,13 @@ import json
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from memq import Producer
 from memq.devstack import DevStack, StackState
 from tests.integration.helpers import external_stack_env
+
+pytestmark = pytest.mark.slow  # 20 s or more: run first, not in `make check`
 
 TOPICS = 200
 #: Python, boto3, librdkafka and per-topic bookkeeping beside the batch buffer pool.

@@ -18,9 +18,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from memq.devstack import StackState
 from memq.devstack.procs import wait_for
 from tests.integration.helpers import external_stack_env
+
+pytestmark = pytest.mark.slow  # 20 s or more: run first, not in `make check`
 
 
 def test_readme_flows_on_a_fresh_stack_and_after_down_up(
