@@ -26,7 +26,7 @@ Method (issue 19): on Spark ``local[*]``, after a warm-up job each, every reader
 run back to back for a window of >= 20 s (2 s with ``--quick``: a smoke, not a figure);
 its rate is the record payload of all measured jobs over their total time, and CPU
 seconds per GiB are read from /proc for this process, the Spark JVM with its Python
-workers (``spark_tree``), the broker, Tansu and moto. Repeated ``repeats`` times (3),
+workers (``spark_tree``), the broker, Kafka and moto. Repeated ``repeats`` times (3),
 interleaved; min/median/max. The Parquet baseline reads local disk while the source
 reads moto over HTTP: the gap includes that.
 

@@ -1,5 +1,5 @@
 """Kafka-protocol ingest: one confluent-kafka producer into MemQ's Kafka listener, beside
-the same producer straight into the local Kafka-protocol broker, in one run.
+the same producer straight into the local Apache Kafka, in one run.
 
 The producer is configured as confluent-kafka's docs recommend for throughput, the same
 for both targets: one thread, ``linger.ms`` 10, ``batch.size`` 1 MB, no compression,
@@ -15,13 +15,14 @@ p99, in the window), CPU is the server process's CPU seconds in the window per G
 acknowledged (benchlib.cpu_seconds).
 
   (a) MemQ: a broker process with a ``kafka_listener``, S3 storage on the local moto,
-      notifications to the local Kafka-protocol broker (acks=-1: the object is stored
+      notifications to the local Apache Kafka (acks=-1: the object is stored
       and its pointer acknowledged), the topic with ``--partitions`` partitions (8 by
       default, MemQ's default ``notification.partitions``, which the Kafka port shows);
   (a16) the same with ``kafka_listener.partitions: 16`` (what docs/ingest.md recommends
       for Kafka-port topics: a MemQ partition is only a routing label, and librdkafka's
       idempotent producer keeps one request in flight per partition);
-  (b) the local Kafka-protocol broker (Tansu) itself, topic with the same ``--partitions``.
+  (b) the local Apache Kafka itself (the stack's one KRaft node), into a topic with the
+      same ``--partitions`` made with AdminClient (the dev Kafka does not auto-create).
 
 ``ratio_MBps`` is (a) / (b); ``ratio_MBps_16p`` is (a16) / (b).
 
@@ -231,18 +232,18 @@ def run(
     runs: list[dict[str, Any]] = []
     with benchlib.private_stack() as state:
         kafka = state.services["kafka"]
-        tansu_pid = kafka.process.pid if kafka.process is not None else None
+        kafka_pid = kafka.process.pid if kafka.process is not None else None
         for rep in range(reps):
             eprint(f"repetition {rep + 1}/{reps}")
             memq = _memq(state, batch_ms, None, warmup, seconds, partitions)
             memq16 = _memq(state, batch_ms, 16, warmup, seconds, partitions)
-            eprint(f"Kafka-protocol broker {state.kafka_bootstrap}: {seconds:.0f} s window")
-            # A new topic each time, deleted after: Tansu keeps records in memory, and one
-            # window leaves GiBs (kept, its next runs fell from ~300 to ~175 MB/s).
+            eprint(f"Apache Kafka {state.kafka_bootstrap}: {seconds:.0f} s window")
+            # A new topic each time, deleted after: only to bound the disk a run uses
+            # (each window writes GiBs of log segments into the stack's state dir).
             topic = f"bench-kafka-ingest-direct-{partitions}-{uuid.uuid4().hex[:8]}"
             ensure_topic(state.kafka_bootstrap, topic, partitions)
             try:
-                direct = drive(state.kafka_bootstrap, topic, tansu_pid, warmup, seconds)
+                direct = drive(state.kafka_bootstrap, topic, kafka_pid, warmup, seconds)
             finally:
                 benchlib.delete_kafka_topic(state.kafka_bootstrap, topic)
             runs.append(

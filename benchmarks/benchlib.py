@@ -323,14 +323,28 @@ def tree_cpu_seconds(root: int) -> float:
 
 
 def stack_pids(state: StackState) -> dict[str, int]:
-    """The local stack's Kafka (Tansu) and S3 (moto) processes, when this run started
-    them (an external stack's pids are unknown: then they are not reported)."""
+    """The local stack's Kafka (Apache Kafka, label ``kafka``) and S3 (moto, ``s3_moto``)
+    processes, when this run started them (an external stack's pids are unknown: then
+    they are not reported)."""
     out: dict[str, int] = {}
-    for label, name in (("kafka_tansu", "kafka"), ("s3_moto", "s3")):
+    for label, name in (("kafka", "kafka"), ("s3_moto", "s3")):
         st = state.services.get(name)
         if st is not None and st.pid is not None and Path(f"/proc/{st.pid}/stat").exists():
             out[label] = st.pid
     return out
+
+
+def kafka_server(state: StackState) -> str:
+    """What the stack's Kafka is, for reports: the Apache Kafka this stack runs, or an
+    external one named by its address."""
+    from memq.devstack.kafka import KAFKA_VERSION
+
+    st = state.services.get("kafka")
+    if st is None or st.external:
+        return f"an external Kafka at {state.kafka_bootstrap}"
+    home = os.environ.get("KAFKA_HOME")
+    version = f"from KAFKA_HOME={home}" if home else KAFKA_VERSION
+    return f"Apache Kafka {version} (one KRaft node, broker and controller)"
 
 
 def _cpu_all(procs: dict[str, int]) -> dict[str, float]:
@@ -458,8 +472,12 @@ def spread_rows(runs: list[dict[str, Any]], key: str) -> dict[str, Any]:
 
 
 def delete_kafka_topic(bootstrap: str, topic: str) -> None:
-    """Delete a baseline's Kafka topic and wait: the local Tansu keeps topics in memory,
-    and a 20 s window at full speed leaves GiBs there (best effort: reported, not fatal)."""
+    """Delete a baseline's Kafka topic and wait (best effort: reported, not fatal).
+
+    Only to bound disk use: the local Kafka keeps a topic's log segments in the stack's
+    state dir, and a 20 s window at full speed writes GiBs there (a suite run writes tens
+    of GiB of baseline topics). Reads and writes of later topics do not depend on it.
+    Kafka removes the files ``file.delete.delay.ms`` (60 s) after the delete."""
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient({"bootstrap.servers": bootstrap})

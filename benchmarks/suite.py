@@ -4,9 +4,9 @@ Runs, on one private local stack (plus Spark's own for the backfill), with fixed
 
 - formats: block encode/decode per codec vs a plain memory copy;
 - ingest: acks=all, one producing thread, ``produce()`` and ``produce_batch()`` x storage
-  devnull/filesystem/s3 vs confluent-kafka (one thread, its documented throughput
-  settings) producing straight to Kafka (Tansu) and vs raw boto3 PUTs with the broker's
-  upload concurrency;
+  devnull/filesystem/s3 vs confluent-kafka (one thread, acks=all, idempotent, its
+  documented throughput settings) producing straight to the stack's Apache Kafka (one
+  KRaft node) and vs raw boto3 PUTs with the broker's upload concurrency;
 - latency: end-to-end p50/p99 vs batch.ms and batch.bytes, with PUTs/hour;
 - consume: memq.Consumer from S3 and filesystem vs raw GETs (same concurrency) and
   direct Kafka consume;
@@ -18,7 +18,7 @@ Runs, on one private local stack (plus Spark's own for the backfill), with fixed
 Method (issue 19): ingest, consume and backfill figures are steady-state: a warm-up
 (excluded), then a window of >= 20 s in which only bytes acknowledged (handed out) inside
 the window count, with CPU seconds per GiB of every process involved (client, broker,
-Tansu, moto, Spark) from /proc (``benchlib.steady_state`` / ``repeat_window``). Every
+Kafka, moto, Spark) from /proc (``benchlib.steady_state`` / ``repeat_window``). Every
 figure is min/median/max over the repetitions; every ratio is computed within a
 repetition (MemQ and its baseline measured back to back) and then summarised. Writes
 ``<out>/suite.json`` (all raw runs), ``<out>/report.md`` and ``<out>/*.png``.
@@ -201,7 +201,8 @@ def run(quick: bool, reps: int, only: set[str], checkpoint: Path | None = None) 
         "sections": {},
         "seconds": {},
     }
-    with benchlib.shared_stack():
+    with benchlib.shared_stack() as state:
+        doc["kafka_server"] = benchlib.kafka_server(state)
         for name in SECTIONS:
             if name not in only:
                 continue
@@ -250,6 +251,9 @@ def merged(path: Path, new: dict[str, Any]) -> dict[str, Any]:
     )
     out["section_times"] = {name: times[name] for name in out["sections"]}
     out["time"], out["machine"] = new["time"], new["machine"]
+    kept = old.get("kafka_server", report.LEGACY_KAFKA)
+    if new.get("kafka_server", kept) != kept:
+        out["kafka_server"] = f"{new['kafka_server']}; sections kept from earlier: {kept}"
     out["cost"] = report.cost_section(out)
     return out
 
