@@ -322,15 +322,45 @@ def tree_cpu_seconds(root: int) -> float:
     return total
 
 
+def listening_pid(endpoint: str) -> int | None:
+    """The pid of this machine's process listening on ``endpoint``'s port (host:port or a
+    URL on 127.0.0.1 / localhost), if it can be seen in /proc; else None."""
+    rest = endpoint.split("://", 1)[-1].split("/", 1)[0]
+    host, _, port_text = rest.rpartition(":")
+    if host not in ("127.0.0.1", "localhost", "[::1]") or not port_text.isdigit():
+        return None
+    want = f":{int(port_text):04X}"
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                f = line.split()
+                if f[1].endswith(want) and f[3] == "0A":  # local address, state LISTEN
+                    inodes.add(f"socket:[{f[9]}]")
+    for d in Path("/proc").iterdir():
+        if not inodes or not d.name.isdigit():
+            continue
+        with suppress(OSError):
+            for fd in (d / "fd").iterdir():
+                with suppress(OSError):
+                    if os.readlink(fd) in inodes:
+                        return int(d.name)
+    return None
+
+
 def stack_pids(state: StackState) -> dict[str, int]:
-    """The local stack's Kafka (Apache Kafka, label ``kafka``) and S3 (moto, ``s3_moto``)
-    processes, when this run started them (an external stack's pids are unknown: then
-    they are not reported)."""
+    """The stack's Kafka (Apache Kafka, label ``kafka``) and S3 (moto, ``s3_moto``)
+    processes: the ones this run started, or an external stack's when they listen on
+    this machine (a test session's servers; their CPU then includes whatever else uses
+    them meanwhile). Servers elsewhere are not reported."""
     out: dict[str, int] = {}
     for label, name in (("kafka", "kafka"), ("s3_moto", "s3")):
         st = state.services.get(name)
-        if st is not None and st.pid is not None and Path(f"/proc/{st.pid}/stat").exists():
-            out[label] = st.pid
+        if st is None:
+            continue
+        pid = st.pid if st.pid is not None else listening_pid(st.endpoint)
+        if pid is not None and Path(f"/proc/{pid}/stat").exists():
+            out[label] = pid
     return out
 
 
