@@ -20,7 +20,12 @@ which only bytes *acknowledged inside the window* count (ack timestamps windowed
 counter read at the window's edges); CPU seconds (utime + stime from /proc/<pid>/stat)
 of the client process, the broker subprocess, Kafka and moto are read at the window's
 edges and reported per GiB acknowledged in it. ``MBps_1s`` gives the slowest and fastest
-second of the window. The broker runs in its own process (as in production). Targets:
+second of the window. The broker runs in its own process (as in production). Each row
+also has its write path's total CPU per GiB (``cpu_total``, by
+``benchlib.CPU_TOTAL_METHOD``: MemQ's producer + broker + S3 server + 3 x notification
+Kafka, Kafka's producer + 3 x broker for replication factor 3, a lower bound) and
+MemQ's over Kafka's (``cpu_vs_kafka``; ``cpu_without_s3_vs_kafka`` leaves out the S3
+server, which on AWS is not the user's CPU). Targets:
 devnull and filesystem >= 1.0x (a); s3 >= 0.8x (b); S3 PUTs per GiB <= 1.05 x (1 GiB / batch.bytes).
 ``--quick`` uses a 2 s window: a smoke of the method, not a figure. Writes
 ``benchmarks/results/produce.json``.
@@ -329,10 +334,17 @@ def run(records: int, acks: str, quick: bool) -> dict[str, Any]:
                 eprint(f"memq {storage} {variant}()")
                 results[key] = run_memq(state, storage, pool, acks, "none", variant, quick)
     k, s3raw = results["kafka"]["MBps"], results["s3raw"]["MBps"]
+    kafka_total = benchlib.cpu_totals(results["kafka"]["cpu_s_per_GiB"], memq=False)
+    results["kafka"]["cpu_total"] = kafka_total
     for key, r in results.items():
         if key.startswith(("devnull", "filesystem", "s3_", "s3")) and key != "s3raw":
             r["vs_kafka_direct"] = round(r["MBps"] / k, 3)
             r["vs_s3_raw_put"] = round(r["MBps"] / s3raw, 3)
+            r["cpu_total"] = total = benchlib.cpu_totals(r["cpu_s_per_GiB"], memq=True)
+            # MemQ's CPU per GiB over Kafka's (RF 3), in this repetition: below 1 is less
+            if total is not None and kafka_total is not None and kafka_total["total"] > 0:
+                r["cpu_vs_kafka"] = round(total["total"] / kafka_total["total"], 3)
+                r["cpu_without_s3_vs_kafka"] = round(total["without_s3"] / kafka_total["total"], 3)
     ideal_puts = GiB / BATCH_BYTES
     puts = results["s3"]["puts_per_GiB"]
     # Issue 19's targets, plus filesystem storage against Kafka (the earlier one).
@@ -366,6 +378,7 @@ def run(records: int, acks: str, quick: bool) -> dict[str, Any]:
             "warmup_s": warmup,
             "window_s": window,
             "kafka_settings": KAFKA_CONF,
+            "cpu_total_method": benchlib.CPU_TOTAL_METHOD,
         },
         "results": results,
         "targets": targets,
@@ -384,7 +397,8 @@ def print_table(doc: dict[str, Any]) -> None:
     )
     procs = ("client", "broker", "kafka", "s3_moto")
     for col in ("run", "MB/s", "1 s min-max", "ratio", "ack p99 ms", "PUTs/GiB",
-                *(f"{p} CPU-s/GiB" for p in procs)):  # fmt: skip
+                *(f"{p} CPU-s/GiB" for p in procs), "total CPU-s/GiB",
+                "CPU vs Kafka RF 3"):  # fmt: skip
         t.add_column(col, justify="right")
     for key, r in doc["results"].items():
         if key in ("kafka", "s3raw"):
@@ -402,10 +416,13 @@ def print_table(doc: dict[str, Any]) -> None:
             str(r.get("ack_p99_ms", "-")),
             str(r.get("puts_per_GiB") or "-"),
             *(str(r["cpu_s_per_GiB"].get(p, "-")) for p in procs),
+            str((r.get("cpu_total") or {}).get("total", "-")),
+            f"{r['cpu_vs_kafka']:.2f}x" if "cpu_vs_kafka" in r else "-",
         )
-    c = Console(width=max(Console().width, 170))
+    c = Console(width=max(Console().width, 200))
     c.print(t)
     c.print(f"Kafka baseline settings: {s['kafka_settings']}")
+    c.print(f"CPU totals: {s['cpu_total_method']}.")
     for name, tg in doc["targets"].items():
         mark = "[green]met[/green]" if tg["met"] else "[red]NOT met[/red]"
         c.print(f"target {name}: {tg['value']} (target {tg['target']}): {mark}")

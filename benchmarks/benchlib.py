@@ -491,6 +491,38 @@ def repeat_window(
     }
 
 
+#: Replicas per partition of a production Kafka topic: the CPU totals count the one
+#: local broker's CPU this many times, for the Kafka baseline and for MemQ's
+#: notification topic alike.
+KAFKA_RF = 3
+
+CPU_TOTAL_METHOD = (
+    "MemQ: producer + MemQ broker + S3 server (moto) + 3 x the notification Kafka; "
+    "Kafka: producer + 3 x the Kafka broker. The local Kafka is one node (replication "
+    "factor 1): 3 x its CPU stands for replication factor 3 and is a lower bound of "
+    "that, since a leader also serves its followers' fetches and each follower fetches "
+    "and appends the same bytes"
+)
+
+
+def cpu_totals(cpu: dict[str, float], *, memq: bool) -> dict[str, float] | None:
+    """CPU-s/GiB of a whole write path from one window's per-process figures (``cpu``:
+    label -> CPU-s/GiB), by :data:`CPU_TOTAL_METHOD`: ``total``, and for MemQ also
+    ``without_s3`` (no S3 server: on AWS that CPU is not the user's) and ``s3``. None
+    when a process was not measured (a server on another machine)."""
+    need = ("client", "broker", "s3_moto", "kafka") if memq else ("client", "kafka")
+    if any(k not in cpu for k in need):
+        return None
+    if not memq:
+        return {"total": round(cpu["client"] + KAFKA_RF * cpu["kafka"], 2)}
+    without_s3 = cpu["client"] + cpu["broker"] + KAFKA_RF * cpu["kafka"]
+    return {
+        "total": round(without_s3 + cpu["s3_moto"], 2),
+        "without_s3": round(without_s3, 2),
+        "s3": cpu["s3_moto"],
+    }
+
+
 def spread_rows(runs: list[dict[str, Any]], key: str) -> dict[str, Any]:
     """min/median/max of a steady-state result's MB/s and CPU-s/GiB per process over
     repetitions (``runs``: one dict of results per repetition)."""

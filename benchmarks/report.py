@@ -194,6 +194,29 @@ def _plots(doc: dict[str, Any], out: Path) -> list[str]:
 # --- markdown ---------------------------------------------------------------------------
 
 
+def _cpu_totals_md(ing: dict[str, Any], rows: dict[str, Any]) -> list[str]:
+    """The ingest section's first table: each write path's CPU per GiB, MemQ's against
+    Kafka's at replication factor 3 (empty for runs that did not measure it)."""
+    kafka = rows.get("kafka_direct", {}).get("cpu_total_s_per_GiB")
+    memq = [n for n in INGEST_MEMQ if "cpu_vs_kafka" in rows.get(n, {})]
+    if kafka is None or not memq:
+        return []
+    out = ["**Total CPU per GiB ingested**, every process of each write path "
+           f"({ing['cpu_total_method']}). On AWS the S3 server's CPU is not the user's: "
+           "the last column leaves it out. devnull has no storage and filesystem no "
+           "replication: the S3 rows are the product's comparison.", "",
+           "| MemQ run | MemQ total CPU-s/GiB | of which S3 server (moto) | "
+           "Kafka total CPU-s/GiB (RF 3) | MemQ / Kafka | MemQ without S3 server / Kafka |",
+           "|---|---|---|---|---|---|"]  # fmt: skip
+    for n in sorted(memq, key=lambda n: not n.startswith("s3")):  # the S3 rows first
+        r = rows[n]
+        t = r["cpu_total_s_per_GiB"]
+        out.append(f"| {r['name']} | {_f(t['total'], '{:.2f}')} | {_f(t['s3'], '{:.2f}')} | "
+                   f"{_f(kafka['total'], '{:.2f}')} | {_x(r['cpu_vs_kafka'])} | "
+                   f"{_x(r['cpu_without_s3_vs_kafka'])} |")  # fmt: skip
+    return [*out, ""]
+
+
 def _md(doc: dict[str, Any], plots: list[str]) -> str:
     sec = doc["sections"]
     m = doc["machine"]
@@ -247,7 +270,7 @@ def _md(doc: dict[str, Any], plots: list[str]) -> str:
               ""]  # fmt: skip
         for acks, d in ing["acks"].items():
             rows = d["rows"]
-            lines += [f"### acks={acks}", "",
+            lines += [f"### acks={acks}", "", *_cpu_totals_md(ing, rows),
                   "| run | MB/s | ratio to baseline | ack p99 ms | PUTs/GiB | "
                   + " | ".join(f"{p} CPU-s/GiB" for p in PROCS) + " |",
                   "|---|---|---|---|---|" + "---|" * len(PROCS)]  # fmt: skip

@@ -6,7 +6,9 @@ Runs, on one private local stack (plus Spark's own for the backfill), with fixed
 - ingest: acks=all, one producing thread, ``produce()`` and ``produce_batch()`` x storage
   devnull/filesystem/s3 vs confluent-kafka (one thread, acks=all, idempotent, its
   documented throughput settings) producing straight to the stack's Apache Kafka (one
-  KRaft node) and vs raw boto3 PUTs with the broker's upload concurrency;
+  KRaft node) and vs raw boto3 PUTs with the broker's upload concurrency; with each
+  write path's total CPU per GiB, MemQ's against Kafka's at replication factor 3
+  (``benchlib.CPU_TOTAL_METHOD``);
 - latency: end-to-end p50/p99 vs batch.ms and batch.bytes, with PUTs/hour;
 - consume: memq.Consumer from S3 and filesystem vs raw GETs (same concurrency) and
   direct Kafka consume;
@@ -112,6 +114,7 @@ def ingest(quick: bool, reps: int) -> dict[str, Any]:
         "warmup_s": warmup,
         "window_s": window,
         "kafka_settings": bench_produce.KAFKA_CONF,
+        "cpu_total_method": benchlib.CPU_TOTAL_METHOD,
         "acks": {},
     }
     for acks in ("all",):
@@ -138,6 +141,14 @@ def ingest(quick: bool, reps: int) -> dict[str, Any]:
                         runs, lambda r, n=name: r[n]["broker_peak_rss_MB"]
                     ),
                 )
+            totals = [r[name].get("cpu_total") for r in runs]
+            if all(totals):
+                row["cpu_total_s_per_GiB"] = {
+                    part: _spread_of(totals, lambda t, p=part: t[p]) for part in totals[0]
+                }
+            for ratio in ("cpu_vs_kafka", "cpu_without_s3_vs_kafka"):
+                if all(ratio in r[name] for r in runs):
+                    row[ratio] = _spread_of(runs, lambda r, n=name, k=ratio: r[n][k])
             if "ack_p99_ms" in runs[0][name]:
                 row["ack_p99_ms"] = _spread_of(runs, lambda r, n=name: r[n]["ack_p99_ms"])
             if name.startswith("s3") and name != "s3raw":
