@@ -14,7 +14,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
@@ -223,7 +223,7 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / ticks
 
 
-def cpu_now(pids: dict[str, int | None]) -> dict[str, float]:
+def cpu_now(pids: Mapping[str, int | None]) -> dict[str, float]:
     """CPU seconds so far of each named process (the ones that still exist)."""
     out = {}
     for name, pid in pids.items():
