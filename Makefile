@@ -6,6 +6,10 @@ STAMP  := $(VENV)/.installed-stamp
 # Apache Kafka for the local stack, pinned by memq/devstack/jvm/pom.xml (KAFKA_HOME: yours).
 KAFKA_POM   := memq/devstack/jvm/pom.xml
 KAFKA_STAMP := $(VENV)/kafka/.fetched-stamp
+# Spark's S3A connector (hadoop-aws + its AWS SDK bundle, ~660 MB) for the backfill
+# benchmark's baseline, pinned by memq/devstack/jvm/spark-s3a.pom.xml.
+S3A_POM   := memq/devstack/jvm/spark-s3a.pom.xml
+S3A_STAMP := $(VENV)/spark-jars/.fetched-stamp
 PYTEST_ARGS ?=
 
 .PHONY: help install demo test lint typecheck unit integration bench chaos clean dev-up dev-down
@@ -71,7 +75,23 @@ $(KAFKA_STAMP): $(KAFKA_POM) | $(STAMP)
 		touch $(KAFKA_STAMP); \
 	 fi
 
-install: $(STAMP) $(KAFKA_STAMP)
+# S3A's jars into .venv/spark-jars, once; the backfill benchmark puts them on Spark's
+# classpath, and nothing downloads at test or benchmark time.
+$(S3A_STAMP): $(S3A_POM) | $(STAMP)
+	@hadoop=$$(ls $(VENV)/lib/python3*/site-packages/pyspark/jars/hadoop-client-api-*.jar 2>/dev/null | sed 's/.*hadoop-client-api-\(.*\)\.jar/\1/'); \
+	 pinned=$$(sed -n 's:.*<hadoop.version>\(.*\)</hadoop.version>.*:\1:p' $(S3A_POM)); \
+	 if [ -n "$$hadoop" ] && [ "$$hadoop" != "$$pinned" ]; then \
+		echo "error: pyspark bundles Hadoop $$hadoop but $(S3A_POM) pins hadoop-aws $$pinned: set <hadoop.version> to $$hadoop"; exit 1; \
+	 fi
+	@command -v mvn >/dev/null 2>&1 || \
+		{ echo "error: mvn is missing: it fetches Spark's S3A connector for the backfill benchmark (apt-get install maven)"; exit 1; }
+	@echo "fetching Spark's S3A connector ($(S3A_POM)) into $(VENV)/spark-jars"
+	@rm -rf $(VENV)/spark-jars
+	@mvn -q -B -f $(S3A_POM) dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/$(VENV)/spark-jars || \
+		{ echo "error: fetching Spark's S3A connector with mvn failed (above): check access to Maven Central (~/.m2/settings.xml)"; exit 1; }
+	@touch $(S3A_STAMP)
+
+install: $(STAMP) $(KAFKA_STAMP) $(S3A_STAMP)
 
 demo: install
 	$(BIN)/memq demo
