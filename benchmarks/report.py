@@ -194,6 +194,46 @@ def _plots(doc: dict[str, Any], out: Path) -> list[str]:
 # --- markdown ---------------------------------------------------------------------------
 
 
+def _backfill_md(b: dict[str, Any]) -> list[str]:
+    """The backfill section; a run from before the S3A baseline (rows with
+    ``vs_parquet_reader``, against Parquet on local disk) is shown as it was measured."""
+    lines = ["## Backfill: Spark `memq` source vs Spark's built-in Parquet reader", ""]
+    if "skipped" in b:
+        return [*lines, f"Skipped: {b['skipped']}.", ""]
+    d = b["data"]
+    s3a = d.get("baseline_parquet_s3a")
+    size = f"{d['baseline_parquet_bytes'] / 1e6:.0f} MB"
+    if s3a:
+        base = (f"the baseline reads the same records as uncompressed Parquet ({size}) from "
+                "a bucket of the same S3 (moto) through Hadoop's S3A connector, input stream "
+                f"`{s3a['stream']}` ({', '.join(f'{k}={v}' for k, v in s3a['settings'].items() if k != 'fs.s3a.endpoint')}); "
+                "the same files on local disk are a second reference")  # fmt: skip
+    else:
+        base = (f"the baseline reads the same records as uncompressed Parquet on local disk "
+                f"({size})")  # fmt: skip
+    lines += [f"{d['objects']} objects, {d['records']:,} records of 1 KiB "
+              f"({d['payload_bytes'] / 1e6:.0f} MB); {base}; the memq source reads them from "
+              f"moto over HTTP. Each reader's job runs back to back for a {d['window_s']:g} s "
+              "window after a warm-up job; MB/s of record payload. `spark` is the Spark JVM "
+              "and its Python workers.",
+              "", "| reader | MB/s | records/s | vs Parquet over S3A | vs Parquet on local disk | "
+              + " | ".join(f"{p} CPU-s/GiB" for p in BACKFILL_PROCS) + " |",
+              "|---|---|---|---|---|" + "---|" * len(BACKFILL_PROCS)]  # fmt: skip
+    for n, r in b["rows"].items():
+        vs_s3a = _x(r["vs_parquet_s3a"]) if "vs_parquet_s3a" in r else ""
+        local = r.get("vs_parquet_local", r.get("vs_parquet_reader"))
+        lines.append(f"| {n} | {_f(r['MBps'], '{:.1f}')} | {_f(r['records_per_s'])} | "
+                     f"{vs_s3a} | {_x(local) if local else ''} | "
+                     f"{_cpus(r, BACKFILL_PROCS)} |")  # fmt: skip
+    if d.get("where_records"):
+        lines += ["", f"The `where` rows keep the middle tenth of the records by time "
+                  f"({d['where_records']:,} records; their MB/s and records/s count those) "
+                  "and are compared with the Parquet reader's read of the same `WHERE`; "
+                  "`pushdown`: with `spark.sql.python.filterPushdown.enabled` "
+                  "(docs/spark.md)."]  # fmt: skip
+    return [*lines, ""]
+
+
 def _cpu_totals_md(ing: dict[str, Any], rows: dict[str, Any]) -> list[str]:
     """The ingest section's first table: each write path's CPU per GiB, MemQ's against
     Kafka's at replication factor 3 (empty for runs that did not measure it)."""
@@ -327,31 +367,7 @@ def _md(doc: dict[str, Any], plots: list[str]) -> str:
                          f"{_cpus(r)} |")  # fmt: skip
         lines.append("")
     if "backfill" in sec:
-        b = sec["backfill"]
-        lines += ["## Backfill: Spark `memq` source vs Spark's built-in Parquet reader", ""]
-        if "skipped" in b:
-            lines += [f"Skipped: {b['skipped']}.", ""]
-        else:
-            d = b["data"]
-            lines += [f"{d['objects']} objects, {d['records']:,} records of 1 KiB "
-                  f"({d['payload_bytes'] / 1e6:.0f} MB); the baseline reads the same records "
-                  f"as uncompressed Parquet on local disk ({d['baseline_parquet_bytes'] / 1e6:.0f}"
-                  " MB), the memq source reads them from moto over HTTP. Each reader's job "
-                  f"runs back to back for a {d['window_s']:g} s window after a warm-up job; "
-                  "MB/s of record payload. `spark` is the Spark JVM and its Python workers.",
-                  "", "| reader | MB/s | records/s | vs Parquet reader | "
-                  + " | ".join(f"{p} CPU-s/GiB" for p in BACKFILL_PROCS) + " |",
-                  "|---|---|---|---|" + "---|" * len(BACKFILL_PROCS)]  # fmt: skip
-            for n, r in b["rows"].items():
-                lines.append(f"| {n} | {_f(r['MBps'], '{:.1f}')} | {_f(r['records_per_s'])} | "
-                         f"{_x(r['vs_parquet_reader'])} | {_cpus(r, BACKFILL_PROCS)} |")  # fmt: skip
-            if d.get("where_records"):
-                lines += ["", f"The `where` rows keep the middle tenth of the records by time "
-                          f"({d['where_records']:,} records; their MB/s and records/s count those) "
-                          "and are compared with the Parquet reader's read of the same `WHERE`; "
-                          "`pushdown`: with `spark.sql.python.filterPushdown.enabled` "
-                          "(docs/spark.md)."]  # fmt: skip
-            lines.append("")
+        lines += _backfill_md(sec["backfill"])
     if "scaling" in sec:
         sc = sec["scaling"]
         st = sc["setup"]
