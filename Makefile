@@ -18,7 +18,7 @@ help:
 	@echo "make demo   set up .venv, start the local stack, run the end-to-end demo, stop the stack"
 	@echo "make test   set up .venv, run ruff, import-linter, mypy and the whole pytest suite (real local servers)"
 	@echo "make chaos  fault-injection suite, hostile-client soak, overload, consumer state scripts, decoder fuzzing"
-	@echo "make bench  run the benchmark suite (~50 min; writes benchmarks/results/report.md, topics.json, kafka_ingest.json)"
+	@echo "make bench  run the benchmark suite (~65 min; writes benchmarks/results/report.md, topics.json, kafka_ingest.json)"
 	@echo "make clean  remove .venv, caches and the local stack's state"
 
 $(STAMP): pyproject.toml
