@@ -181,7 +181,11 @@ def private_stack() -> Iterator[StackState]:
     # SIGTERM (timeout, kill) unwinds like Ctrl-C, so the servers below are stopped.
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    state = stack.up(brokers=0, auditor=False)
+    try:
+        state = stack.up(brokers=0, auditor=False)  # (a failed start stops what it started)
+    except BaseException:
+        shutil.rmtree(d, ignore_errors=True)
+        raise
     os.environ.update({k: v for k, v in state.aws_env().items() if not os.environ.get(k)})
     try:
         yield state
