@@ -6,6 +6,10 @@ STAMP  := $(VENV)/.installed-stamp
 # Apache Kafka for the local stack, pinned by memq/devstack/jvm/pom.xml (KAFKA_HOME: yours).
 KAFKA_POM   := memq/devstack/jvm/pom.xml
 KAFKA_STAMP := $(VENV)/kafka/.fetched-stamp
+# Spark's S3A connector (hadoop-aws + its AWS SDK bundle, ~660 MB) for the backfill
+# benchmark's baseline, pinned by memq/devstack/jvm/spark-s3a.pom.xml.
+S3A_POM   := memq/devstack/jvm/spark-s3a.pom.xml
+S3A_STAMP := $(VENV)/spark-jars/.fetched-stamp
 PYTEST_ARGS ?=
 # pytest-xdist workers, each with its own local stack: the suite mostly waits (batch
 # timers, group joins, JVM starts), so two workers on two cores halve its time.
@@ -19,7 +23,7 @@ help:
 	@echo "make test   set up .venv, run ruff, import-linter, mypy and the whole pytest suite (real local servers)"
 	@echo "make check  the inner loop: lint, types and every test not marked slow (a few minutes)"
 	@echo "make chaos  fault-injection suite, hostile-client soak, overload, consumer state scripts, decoder fuzzing"
-	@echo "make bench  run the benchmark suite (~50 min; writes benchmarks/results/report.md, topics.json, kafka_ingest.json)"
+	@echo "make bench  run the benchmark suite (~65 min; writes benchmarks/results/report.md, topics.json, kafka_ingest.json)"
 	@echo "make clean  remove .venv, caches and the local stack's state"
 
 $(STAMP): pyproject.toml
@@ -76,7 +80,23 @@ $(KAFKA_STAMP): $(KAFKA_POM) | $(STAMP)
 		touch $(KAFKA_STAMP); \
 	 fi
 
-install: $(STAMP) $(KAFKA_STAMP)
+# S3A's jars into .venv/spark-jars, once; the backfill benchmark puts them on Spark's
+# classpath, and nothing downloads at test or benchmark time.
+$(S3A_STAMP): $(S3A_POM) | $(STAMP)
+	@hadoop=$$(ls $(VENV)/lib/python3*/site-packages/pyspark/jars/hadoop-client-api-*.jar 2>/dev/null | sed 's/.*hadoop-client-api-\(.*\)\.jar/\1/'); \
+	 pinned=$$(sed -n 's:.*<hadoop.version>\(.*\)</hadoop.version>.*:\1:p' $(S3A_POM)); \
+	 if [ -n "$$hadoop" ] && [ "$$hadoop" != "$$pinned" ]; then \
+		echo "error: pyspark bundles Hadoop $$hadoop but $(S3A_POM) pins hadoop-aws $$pinned: set <hadoop.version> to $$hadoop"; exit 1; \
+	 fi
+	@command -v mvn >/dev/null 2>&1 || \
+		{ echo "error: mvn is missing: it fetches Spark's S3A connector for the backfill benchmark (apt-get install maven)"; exit 1; }
+	@echo "fetching Spark's S3A connector ($(S3A_POM)) into $(VENV)/spark-jars"
+	@rm -rf $(VENV)/spark-jars
+	@mvn -q -B -f $(S3A_POM) dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/$(VENV)/spark-jars || \
+		{ echo "error: fetching Spark's S3A connector with mvn failed (above): check access to Maven Central (~/.m2/settings.xml)"; exit 1; }
+	@touch $(S3A_STAMP)
+
+install: $(STAMP) $(KAFKA_STAMP) $(S3A_STAMP)
 
 demo: install
 	$(BIN)/memq demo

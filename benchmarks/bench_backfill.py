@@ -1,10 +1,15 @@
-"""Backfill benchmark: Spark ``memq`` source vs Spark's built-in Parquet reader.
+"""Backfill benchmark: Spark ``memq`` source vs Spark's built-in Parquet reader over S3A.
 
 Produces a topic of 1 KiB records through a real broker (acks=all) into the local
 stack's S3 (moto), with notifications in its Kafka, then measures in the same run:
 
-- **parquet reader** (the baseline): the same records written once as uncompressed
-  Parquet on local disk, read by Spark's built-in Parquet reader into the ``noop`` sink;
+- **parquet over S3A** (the baseline): the same records written once as uncompressed
+  Parquet into a bucket of the same S3, read by Spark's built-in Parquet reader through
+  Hadoop's S3A connector (benchmarks/spark_s3a.py: its jars from ``make install``; the
+  ``analytics`` input stream S3A's docs recommend for Parquet, or ``--s3a-stream
+  classic`` with fadvise random) into the ``noop`` sink;
+- **parquet on local disk** (a secondary reference): the same Parquet files read from
+  local disk, no S3 in the way;
 - **memq source**: ``spark.read.format("memq")`` into the ``noop`` sink (planning,
   listing, GET, decode, Arrow to the JVM);
 - **backfill**: ``memq.spark.backfill.run_backfill`` to Parquet (zstd): source + writer;
@@ -17,8 +22,8 @@ stack's S3 (moto), with notifications in its Kafka, then measures in the same ru
   Python data source (Python workers, the Arrow stream to the JVM, rows), the most any
   Python data source can reach on this machine;
 - **where**: a query keeping the middle tenth of the records by time (``WHERE`` on
-  ``timestamp``), by the Parquet reader (the baseline for these rows: its row-group
-  statistics) and by the memq source without and with Spark's Python filter pushdown
+  ``timestamp``), by the Parquet reader over S3A (the baseline for these rows: its
+  row-group statistics) and by the memq source without and with Spark's Python filter pushdown
   (``spark.sql.python.filterPushdown.enabled``: objects outside the window cost a header
   read); their rates count the records the query keeps.
 
@@ -26,15 +31,17 @@ Method (issue 19): on Spark ``local[*]``, after a warm-up job each, every reader
 run back to back for a window of >= 20 s (2 s with ``--quick``: a smoke, not a figure);
 its rate is the record payload of all measured jobs over their total time, and CPU
 seconds per GiB are read from /proc for this process, the Spark JVM with its Python
-workers (``spark_tree``), the broker, Tansu and moto. Repeated ``repeats`` times (3),
-interleaved; min/median/max. The Parquet baseline reads local disk while the source
-reads moto over HTTP: the gap includes that.
+workers (``spark_tree``), the broker, Kafka and moto. Repeated ``repeats`` times (3),
+interleaved; min/median/max. ``vs_parquet_s3a`` is each reader's rate over the S3A
+baseline's (the filtered rows: over its filtered read), ``vs_parquet_local`` over the
+local-disk read's.
 
 Prints a table and writes ``benchmarks/results/backfill.json``.
 
     python benchmarks/bench_backfill.py [--quick] [--out PATH] [--compression none|zstd]
+                                        [--s3a-stream analytics|classic]
 
-Target (issue 19): memq source records/s >= 1.0x the Parquet reader's. Uses a running stack named
+Target (issues 19, 42): memq source records/s >= 1.0x the Parquet reader's over S3A. Uses a running stack named
 by MEMQ_S3_ENDPOINT (plus MEMQ_KAFKA_BOOTSTRAP, MEMQ_ZK_CONNECT), else starts one; the
 broker runs in its own process either way.
 """
@@ -56,6 +63,7 @@ from pathlib import Path
 from typing import Any
 
 import benchlib
+import spark_s3a
 from benchlib import eprint, spread
 
 from memq.devstack import DevStack, StackState
@@ -180,23 +188,29 @@ def run(
     master: str,
     size: tuple[int, int] | None = None,
     repeats: int | None = None,
+    s3a_stream: str = "analytics",
 ) -> dict[str, Any]:
-    """``size``: (objects, blocks of 1 MiB per object); default 64 x 8 (12 x 2 quick)."""
+    """``size``: (objects, blocks of 1 MiB per object); default 64 x 8 (12 x 2 quick);
+    ``s3a_stream``: S3A's input stream for the baseline (``spark_s3a.STREAMS``)."""
     objects, blocks = size or ((12, 2) if quick else (64, 8))
     repeats = repeats or (1 if quick else 3)
     threads = 8
     records = objects * blocks * BLOCK_RECORDS
     ext = os.environ.get("MEMQ_S3_ENDPOINT")
     tmp = Path(tempfile.mkdtemp(prefix="memq-bench-backfill-"))
+    spark_s3a.jars()  # before any server starts: are S3A's jars installed?
     stack = DevStack(tmp / "stack")
     state = stack.up(brokers=0, auditor=False)
     broker = None
+    s3 = state.s3_client()
+    bucket = f"bench-backfill-{uuid.uuid4().hex[:8]}"
+    parquet_bucket = f"{bucket}-parquet"  # the baseline's, on the same S3
     try:
         for k, v in state.aws_env().items():
             os.environ.setdefault(k, v)
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        bucket = f"bench-backfill-{uuid.uuid4().hex[:8]}"
-        state.s3_client().create_bucket(Bucket=bucket)
+        s3.create_bucket(Bucket=bucket)
+        s3.create_bucket(Bucket=parquet_bucket)
         broker = start_broker(
             tmp,
             "broker",
@@ -215,13 +229,15 @@ def run(
         from memq.spark.backfill import run_backfill
 
         t = time.perf_counter()
-        session = (
+        builder = (
             SparkSession.builder.master(master)
             .appName("memq-bench-backfill")
             .config("spark.ui.enabled", "false")
             .config("spark.ui.showConsoleProgress", "false")
-            .getOrCreate()
         )
+        for k, v in spark_s3a.session_conf(state.s3_endpoint, master, s3a_stream).items():
+            builder = builder.config(k, v)
+        session = builder.getOrCreate()
         session.sparkContext.setLogLevel("ERROR")
         spark_start_s = time.perf_counter() - t
         cores = int(session.sparkContext.defaultParallelism)
@@ -236,11 +252,17 @@ def run(
             # Warm-up: JIT, and one Python worker per core (one object per partition).
             tiny = {"min_partition_bytes": "1", "target_partition_bytes": "1"}
             run_backfill(session, {**opts, **tiny, "topic": "warm"}, str(tmp / "warm"))
-            # The baseline's input: the same records as uncompressed Parquet.
+            # The baselines' input: the same records as uncompressed Parquet, on local
+            # disk and (the same files) in a bucket of the same S3, read through S3A.
             parquet_in = str(tmp / "baseline-parquet")
             session.read.format("memq").options(**opts).load().write.option(
                 "compression", "none"
             ).parquet(parquet_in)
+            parquet_bytes = spark_s3a.upload(s3, Path(parquet_in), parquet_bucket, "logs")
+            parquet_s3a = f"s3a://{parquet_bucket}/logs/"
+            s3a_rows = session.read.parquet(parquet_s3a).count()  # (S3A's start: warm-up)
+            if s3a_rows != records:
+                raise SystemExit(f"Parquet over S3A has {s3a_rows} rows, not {records}")
             stored = len(ceiling(state, bucket, threads, "logs")[1])
             outs = iter(range(1 << 30))
             plan: dict[str, int] = {}
@@ -275,8 +297,8 @@ def run(
                 ).save()
                 return payload, records
 
-            def job_parquet() -> tuple[int, int]:
-                session.read.parquet(parquet_in).write.format("noop").mode("overwrite").save()
+            def job_parquet(path: str) -> tuple[int, int]:
+                session.read.parquet(path).write.format("noop").mode("overwrite").save()
                 return payload, records
 
             session.dataSource.register(floor_source(parquet_in, cores))
@@ -295,7 +317,7 @@ def run(
                 return hits * RECORD, hits
 
             def job_parquet_where() -> tuple[int, int]:
-                return noop_where(session.read.parquet(parquet_in))
+                return noop_where(session.read.parquet(parquet_s3a))
 
             def job_source_where(on: bool) -> tuple[int, int]:
                 pushdown(on)
@@ -317,12 +339,13 @@ def run(
                 return payload, records
 
             jobs = {
-                "spark_parquet_reader_noop": job_parquet,
+                "spark_parquet_s3a_noop": lambda: job_parquet(parquet_s3a),
+                "spark_parquet_local_noop": lambda: job_parquet(parquet_in),
                 "spark_python_source_floor_noop": job_floor,
                 "spark_memq_source_noop": job_source,
                 "spark_backfill_parquet": job_backfill,
                 "ceiling_boto3_download": job_ceiling,
-                "spark_parquet_reader_where_noop": job_parquet_where,
+                "spark_parquet_s3a_where_noop": job_parquet_where,
                 "spark_memq_source_where_noop": lambda: job_source_where(False),
                 "spark_memq_source_where_pushdown_noop": lambda: job_source_where(True),
             }
@@ -331,20 +354,25 @@ def run(
                 for name, job in jobs.items():
                     eprint(f"backfill: {name} rep {rep + 1}/{repeats}")
                     windows[name].append(benchlib.repeat_window(job, procs, quick))
-            parquet_bytes = sum(f.stat().st_size for f in Path(parquet_in).rglob("*.parquet"))
         finally:
             session.stop()
     finally:
         if broker is not None:
             stop(ProcessRef(broker["pid"], broker.get("start_time")), timeout=60)
+        for b in (bucket, parquet_bucket):  # (an external S3 outlives this run)
+            try:
+                benchlib.drop_bucket(s3, b)
+            except Exception as e:
+                eprint(f"could not drop bucket {b}: {e}")
         stack.down()
         shutil.rmtree(tmp, ignore_errors=True)
+
+    def vs(ws: list[dict[str, Any]], base: str) -> dict[str, float]:
+        """Rate over the baseline's, within each repetition."""
+        return spread([w["MBps"] / b["MBps"] for w, b in zip(ws, windows[base], strict=True)])
+
     results: dict[str, Any] = {}
     for name, ws in windows.items():
-        # (a filtered read is compared with the Parquet reader's read of the same WHERE)
-        base = windows[
-            "spark_parquet_reader_where_noop" if "where" in name else "spark_parquet_reader_noop"
-        ]
         results[name] = {
             "windows": ws,
             "MBps": spread([w["MBps"] for w in ws]),
@@ -352,12 +380,15 @@ def run(
             "cpu_s_per_GiB": {
                 p: spread([w["cpu_s_per_GiB"][p] for w in ws]) for p in ws[0]["cpu_s_per_GiB"]
             },
-            "vs_parquet_reader": spread(
-                [w["MBps"] / b["MBps"] for w, b in zip(ws, base, strict=True)]
+            # (a filtered read is compared with the Parquet reader's read of the same WHERE)
+            "vs_parquet_s3a": vs(
+                ws, "spark_parquet_s3a_where_noop" if "where" in name else "spark_parquet_s3a_noop"
             ),
         }
+        if "where" not in name:
+            results[name]["vs_parquet_local"] = vs(ws, "spark_parquet_local_noop")
     results["spark_backfill_parquet"].update(plan, compression="zstd")
-    ratio = results["spark_memq_source_noop"]["vs_parquet_reader"]["median"]
+    ratio = results["spark_memq_source_noop"]["vs_parquet_s3a"]["median"]
     _, window = benchlib.timing(quick)
     return {
         "benchmark": "backfill",
@@ -381,13 +412,18 @@ def run(
             "where_records": hits,
             "payload_bytes": payload,
             "baseline_parquet_bytes": parquet_bytes,
+            "baseline_parquet_s3a": {
+                "stream": s3a_stream,
+                "settings": spark_s3a.settings(state.s3_endpoint, s3a_stream),
+                "jars": [j.name for j in spark_s3a.jars()],
+            },
             "compression": codec.name.lower(),
             "write_seconds": round(write_s, 2),
             "window_s": window,
             "repeats": repeats,
         },
         "target": {
-            "what": f"memq source records/s >= {TARGET_RATIO}x Spark's Parquet reader's",
+            "what": (f"memq source records/s >= {TARGET_RATIO}x Spark's Parquet reader's over S3A"),
             "ratio": round(ratio, 3),
             "met": ratio >= TARGET_RATIO,
         },
@@ -408,19 +444,20 @@ def print_table(doc: dict[str, Any]) -> None:
         )
     )
     procs = ("client", "spark_tree", "broker", "s3_moto")
-    for col in ("reader", "MB/s (median)", "records/s", "vs Parquet reader",
+    for col in ("reader", "MB/s (median)", "records/s", "vs Parquet S3A", "vs Parquet local",
                 *(f"{p} CPU-s/GiB" for p in procs)):  # fmt: skip
-        t.add_column(col, justify="right")
+        t.add_column(col, justify="right", no_wrap=col == "reader")
     for name, r in doc["results"].items():
         cpu = r["cpu_s_per_GiB"]
         t.add_row(
             name,
             f"{r['MBps']['median']:.1f}",
             f"{r['records_per_s']['median']:,.0f}",
-            f"{r['vs_parquet_reader']['median']:.3f}",
+            f"{r['vs_parquet_s3a']['median']:.3f}",
+            f"{r['vs_parquet_local']['median']:.3f}" if "vs_parquet_local" in r else "-",
             *(f"{cpu[p]['median']:.2f}" if p in cpu else "-" for p in procs),
         )
-    console = Console(width=max(Console().width, 150))
+    console = Console(width=max(Console().width, 190))
     console.print(t)
     tg = doc["target"]
     mark = "[green]met[/green]" if tg["met"] else "[red]NOT met[/red]"
@@ -433,8 +470,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "backfill.json")
     ap.add_argument("--compression", default="none", help="block codec: none, zstd, lz4, gzip")
     ap.add_argument("--master", default="local[*]", help="Spark master URL")
+    ap.add_argument("--s3a-stream", default="analytics", choices=spark_s3a.STREAMS,
+                    help="S3A input stream of the Parquet baseline (analytics)")  # fmt: skip
     args = ap.parse_args(argv)
-    doc = run(args.quick, parse_compression(args.compression), args.master)
+    doc = run(
+        args.quick, parse_compression(args.compression), args.master, s3a_stream=args.s3a_stream
+    )
     print_table(doc)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=2) + "\n")

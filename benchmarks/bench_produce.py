@@ -6,19 +6,26 @@ the same bytes) from ONE producing thread, with broker storage devnull, filesyst
 s3 (moto), each with ``produce()`` (a delivery callback per record) and
 ``produce_batch()`` (1,024 records per call), against:
 
-  (a) confluent-kafka, one producer thread, to the local Kafka-protocol broker (Tansu),
-      acks=all, with the throughput settings librdkafka's docs recommend (``KAFKA_CONF``
-      below: linger.ms=5, batch.num.messages raised, batch.size = message.max.bytes,
-      compression none, a 64 MiB queue);
+  (a) confluent-kafka, one producer thread, to the local Apache Kafka (one KRaft node,
+      the stack's), acks=all, idempotent (its default), with the throughput settings
+      librdkafka's docs recommend (``KAFKA_CONF`` below: linger.ms=5, batch.num.messages
+      raised, batch.size = message.max.bytes, compression none, a 64 MiB queue), into a
+      topic of MemQ's partition count (4) made with AdminClient (the dev Kafka does not
+      auto-create topics);
   (b) raw boto3 PUTs of batch.bytes-sized objects to the same S3 endpoint, with the
       broker's upload concurrency (ring size 4 = batches uploading at once).
 
 Method (issue 19): each run is a warm-up (5 s, excluded) then a window of >= 20 s in
 which only bytes *acknowledged inside the window* count (ack timestamps windowed: a
 counter read at the window's edges); CPU seconds (utime + stime from /proc/<pid>/stat)
-of the client process, the broker subprocess, Tansu and moto are read at the window's
+of the client process, the broker subprocess, Kafka and moto are read at the window's
 edges and reported per GiB acknowledged in it. ``MBps_1s`` gives the slowest and fastest
-second of the window. The broker runs in its own process (as in production). Targets:
+second of the window. The broker runs in its own process (as in production). Each row
+also has its write path's total CPU per GiB (``cpu_total``, by
+``benchlib.CPU_TOTAL_METHOD``: MemQ's producer + broker + S3 server + 3 x notification
+Kafka, Kafka's producer + 3 x broker for replication factor 3, a lower bound) and
+MemQ's over Kafka's (``cpu_vs_kafka``; ``cpu_without_s3_vs_kafka`` leaves out the S3
+server, which on AWS is not the user's CPU). Targets:
 devnull and filesystem >= 1.0x (a); s3 >= 0.8x (b); S3 PUTs per GiB <= 1.05 x (1 GiB / batch.bytes).
 ``--quick`` uses a 2 s window: a smoke of the method, not a figure. Writes
 ``benchmarks/results/produce.json``.
@@ -317,7 +324,7 @@ def run(records: int, acks: str, quick: bool) -> dict[str, Any]:
     pool = benchlib.log_records(records, RECORD)
     results: dict[str, dict[str, Any]] = {}
     with benchlib.private_stack() as state:
-        eprint("baseline (a): confluent-kafka -> Tansu, one thread")
+        eprint("baseline (a): confluent-kafka -> Apache Kafka, one thread")
         results["kafka"] = run_kafka(state, pool, quick)
         eprint("baseline (b): raw boto3 PUTs")
         results["s3raw"] = run_s3_puts(state, pool, quick)
@@ -327,10 +334,17 @@ def run(records: int, acks: str, quick: bool) -> dict[str, Any]:
                 eprint(f"memq {storage} {variant}()")
                 results[key] = run_memq(state, storage, pool, acks, "none", variant, quick)
     k, s3raw = results["kafka"]["MBps"], results["s3raw"]["MBps"]
+    kafka_total = benchlib.cpu_totals(results["kafka"]["cpu_s_per_GiB"], memq=False)
+    results["kafka"]["cpu_total"] = kafka_total
     for key, r in results.items():
         if key.startswith(("devnull", "filesystem", "s3_", "s3")) and key != "s3raw":
             r["vs_kafka_direct"] = round(r["MBps"] / k, 3)
             r["vs_s3_raw_put"] = round(r["MBps"] / s3raw, 3)
+            r["cpu_total"] = total = benchlib.cpu_totals(r["cpu_s_per_GiB"], memq=True)
+            # MemQ's CPU per GiB over Kafka's (RF 3), in this repetition: below 1 is less
+            if total is not None and kafka_total is not None and kafka_total["total"] > 0:
+                r["cpu_vs_kafka"] = round(total["total"] / kafka_total["total"], 3)
+                r["cpu_without_s3_vs_kafka"] = round(total["without_s3"] / kafka_total["total"], 3)
     ideal_puts = GiB / BATCH_BYTES
     puts = results["s3"]["puts_per_GiB"]
     # Issue 19's targets, plus filesystem storage against Kafka (the earlier one).
@@ -364,6 +378,7 @@ def run(records: int, acks: str, quick: bool) -> dict[str, Any]:
             "warmup_s": warmup,
             "window_s": window,
             "kafka_settings": KAFKA_CONF,
+            "cpu_total_method": benchlib.CPU_TOTAL_METHOD,
         },
         "results": results,
         "targets": targets,
@@ -380,9 +395,10 @@ def print_table(doc: dict[str, Any]) -> None:
         title=f"MemQ ingest, 1 KiB records, one producing thread, acks={s['acks']}, "
         f"{s['window_s']:g} s steady window after {s['warmup_s']:g} s warm-up{smoke}"
     )
-    procs = ("client", "broker", "kafka_tansu", "s3_moto")
+    procs = ("client", "broker", "kafka", "s3_moto")
     for col in ("run", "MB/s", "1 s min-max", "ratio", "ack p99 ms", "PUTs/GiB",
-                *(f"{p} CPU-s/GiB" for p in procs)):  # fmt: skip
+                *(f"{p} CPU-s/GiB" for p in procs), "total CPU-s/GiB",
+                "CPU vs Kafka RF 3"):  # fmt: skip
         t.add_column(col, justify="right")
     for key, r in doc["results"].items():
         if key in ("kafka", "s3raw"):
@@ -400,10 +416,13 @@ def print_table(doc: dict[str, Any]) -> None:
             str(r.get("ack_p99_ms", "-")),
             str(r.get("puts_per_GiB") or "-"),
             *(str(r["cpu_s_per_GiB"].get(p, "-")) for p in procs),
+            str((r.get("cpu_total") or {}).get("total", "-")),
+            f"{r['cpu_vs_kafka']:.2f}x" if "cpu_vs_kafka" in r else "-",
         )
-    c = Console(width=max(Console().width, 170))
+    c = Console(width=max(Console().width, 200))
     c.print(t)
     c.print(f"Kafka baseline settings: {s['kafka_settings']}")
+    c.print(f"CPU totals: {s['cpu_total_method']}.")
     for name, tg in doc["targets"].items():
         mark = "[green]met[/green]" if tg["met"] else "[red]NOT met[/red]"
         c.print(f"target {name}: {tg['value']} (target {tg['target']}): {mark}")

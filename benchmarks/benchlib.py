@@ -14,7 +14,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
@@ -181,7 +181,11 @@ def private_stack() -> Iterator[StackState]:
     # SIGTERM (timeout, kill) unwinds like Ctrl-C, so the servers below are stopped.
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    state = stack.up(brokers=0, auditor=False)
+    try:
+        state = stack.up(brokers=0, auditor=False)  # (a failed start stops what it started)
+    except BaseException:
+        shutil.rmtree(d, ignore_errors=True)
+        raise
     os.environ.update({k: v for k, v in state.aws_env().items() if not os.environ.get(k)})
     try:
         yield state
@@ -223,7 +227,7 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / ticks
 
 
-def cpu_now(pids: dict[str, int | None]) -> dict[str, float]:
+def cpu_now(pids: Mapping[str, int | None]) -> dict[str, float]:
     """CPU seconds so far of each named process (the ones that still exist)."""
     out = {}
     for name, pid in pids.items():
@@ -322,15 +326,59 @@ def tree_cpu_seconds(root: int) -> float:
     return total
 
 
+def listening_pid(endpoint: str) -> int | None:
+    """The pid of this machine's process listening on ``endpoint``'s port (host:port or a
+    URL on 127.0.0.1 / localhost), if it can be seen in /proc; else None."""
+    rest = endpoint.split("://", 1)[-1].split("/", 1)[0]
+    host, _, port_text = rest.rpartition(":")
+    if host not in ("127.0.0.1", "localhost", "[::1]") or not port_text.isdigit():
+        return None
+    want = f":{int(port_text):04X}"
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                f = line.split()
+                if f[1].endswith(want) and f[3] == "0A":  # local address, state LISTEN
+                    inodes.add(f"socket:[{f[9]}]")
+    for d in Path("/proc").iterdir():
+        if not inodes or not d.name.isdigit():
+            continue
+        with suppress(OSError):
+            for fd in (d / "fd").iterdir():
+                with suppress(OSError):
+                    if os.readlink(fd) in inodes:
+                        return int(d.name)
+    return None
+
+
 def stack_pids(state: StackState) -> dict[str, int]:
-    """The local stack's Kafka (Tansu) and S3 (moto) processes, when this run started
-    them (an external stack's pids are unknown: then they are not reported)."""
+    """The stack's Kafka (Apache Kafka, label ``kafka``) and S3 (moto, ``s3_moto``)
+    processes: the ones this run started, or an external stack's when they listen on
+    this machine (a test session's servers; their CPU then includes whatever else uses
+    them meanwhile). Servers elsewhere are not reported."""
     out: dict[str, int] = {}
-    for label, name in (("kafka_tansu", "kafka"), ("s3_moto", "s3")):
+    for label, name in (("kafka", "kafka"), ("s3_moto", "s3")):
         st = state.services.get(name)
-        if st is not None and st.pid is not None and Path(f"/proc/{st.pid}/stat").exists():
-            out[label] = st.pid
+        if st is None:
+            continue
+        pid = st.pid if st.pid is not None else listening_pid(st.endpoint)
+        if pid is not None and Path(f"/proc/{pid}/stat").exists():
+            out[label] = pid
     return out
+
+
+def kafka_server(state: StackState) -> str:
+    """What the stack's Kafka is, for reports: the Apache Kafka this stack runs, or an
+    external one named by its address."""
+    from memq.devstack.kafka import KAFKA_VERSION
+
+    st = state.services.get("kafka")
+    if st is None or st.external:
+        return f"an external Kafka at {state.kafka_bootstrap}"
+    home = os.environ.get("KAFKA_HOME")
+    version = f"from KAFKA_HOME={home}" if home else KAFKA_VERSION
+    return f"Apache Kafka {version} (one KRaft node, broker and controller)"
 
 
 def _cpu_all(procs: dict[str, int]) -> dict[str, float]:
@@ -447,6 +495,38 @@ def repeat_window(
     }
 
 
+#: Replicas per partition of a production Kafka topic: the CPU totals count the one
+#: local broker's CPU this many times, for the Kafka baseline and for MemQ's
+#: notification topic alike.
+KAFKA_RF = 3
+
+CPU_TOTAL_METHOD = (
+    "MemQ: producer + MemQ broker + S3 server (moto) + 3 x the notification Kafka; "
+    "Kafka: producer + 3 x the Kafka broker. The local Kafka is one node (replication "
+    "factor 1): 3 x its CPU stands for replication factor 3 and is a lower bound of "
+    "that, since a leader also serves its followers' fetches and each follower fetches "
+    "and appends the same bytes"
+)
+
+
+def cpu_totals(cpu: dict[str, float], *, memq: bool) -> dict[str, float] | None:
+    """CPU-s/GiB of a whole write path from one window's per-process figures (``cpu``:
+    label -> CPU-s/GiB), by :data:`CPU_TOTAL_METHOD`: ``total``, and for MemQ also
+    ``without_s3`` (no S3 server: on AWS that CPU is not the user's) and ``s3``. None
+    when a process was not measured (a server on another machine)."""
+    need = ("client", "broker", "s3_moto", "kafka") if memq else ("client", "kafka")
+    if any(k not in cpu for k in need):
+        return None
+    if not memq:
+        return {"total": round(cpu["client"] + KAFKA_RF * cpu["kafka"], 2)}
+    without_s3 = cpu["client"] + cpu["broker"] + KAFKA_RF * cpu["kafka"]
+    return {
+        "total": round(without_s3 + cpu["s3_moto"], 2),
+        "without_s3": round(without_s3, 2),
+        "s3": cpu["s3_moto"],
+    }
+
+
 def spread_rows(runs: list[dict[str, Any]], key: str) -> dict[str, Any]:
     """min/median/max of a steady-state result's MB/s and CPU-s/GiB per process over
     repetitions (``runs``: one dict of results per repetition)."""
@@ -458,8 +538,12 @@ def spread_rows(runs: list[dict[str, Any]], key: str) -> dict[str, Any]:
 
 
 def delete_kafka_topic(bootstrap: str, topic: str) -> None:
-    """Delete a baseline's Kafka topic and wait: the local Tansu keeps topics in memory,
-    and a 20 s window at full speed leaves GiBs there (best effort: reported, not fatal)."""
+    """Delete a baseline's Kafka topic and wait (best effort: reported, not fatal).
+
+    Only to bound disk use: the local Kafka keeps a topic's log segments in the stack's
+    state dir, and a 20 s window at full speed writes GiBs there (a suite run writes tens
+    of GiB of baseline topics). Reads and writes of later topics do not depend on it.
+    Kafka removes the files ``file.delete.delay.ms`` (60 s) after the delete."""
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient({"bootstrap.servers": bootstrap})

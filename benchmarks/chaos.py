@@ -1,8 +1,8 @@
 """Chaos suite: acks=all load on a 3-broker cluster while faults are injected; the audit
 proves zero loss.
 
-Starts its own stack (moto S3, ZooKeeper, and a Tansu that advertises a fault proxy so
-that every Kafka connection crosses it), an S3 fault proxy in front of moto, three
+Starts its own stack (moto S3, ZooKeeper, and an Apache Kafka that advertises a fault
+proxy so that every Kafka connection crosses it), an S3 fault proxy in front of moto, three
 clustered brokers (separate processes, S3 through the proxy), an in-process auditor,
 ``--producers`` producer threads (acks=all, auditing on) and a consumer group (auditing
 on). A scheduler with a fixed ``--seed`` injects, at random times, faults drawn from:
@@ -194,7 +194,7 @@ def run(
     rng = random.Random(seed)
     tmp = Path(tempfile.mkdtemp(prefix="memq-chaos-"))
     started: list[ProcessRef] = []
-    # Kafka behind a proxy: Tansu advertises the proxy's port, so every client crosses it.
+    # Kafka behind a proxy: it advertises the proxy's port, so every client crosses it.
     kproxy_port = free_port()
     kstate = KafkaService(advertised_port=kproxy_port).start(tmp / "kafka-own")
     assert kstate.process is not None

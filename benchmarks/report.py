@@ -23,7 +23,10 @@ def _x(s: dict[str, float]) -> str:
     return _f(s, "{:.2f}x")
 
 
-PROCS = ("client", "broker", "kafka_tansu", "s3_moto")
+PROCS = ("client", "broker", "kafka", "s3_moto")
+#: What ran as the stack's Kafka in a suite run that does not say (``kafka_server``):
+#: those ran on Tansu, and labelled its CPU ``kafka_tansu``.
+LEGACY_KAFKA = "Tansu (a Kafka-protocol broker keeping records in memory)"
 BACKFILL_PROCS = ("client", "spark_tree", "broker", "s3_moto")
 INGEST_MEMQ = ("devnull", "devnull_batch", "filesystem", "filesystem_batch", "s3", "s3_batch")
 
@@ -92,7 +95,7 @@ def _plots(doc: dict[str, Any], out: Path) -> list[str]:
 
         fig, ax = plt.subplots(figsize=(9, 4))
         allnames = ["kafka_direct", "s3_raw_put", *names]
-        procs = ["client", "broker", "kafka_tansu", "s3_moto"]
+        procs = list(PROCS)
         bottom = [0.0] * len(allnames)
         for p in procs:
             vals = [rows[n]["cpu_s_per_GiB"].get(p, {}).get("median", 0.0) for n in allnames]
@@ -191,6 +194,69 @@ def _plots(doc: dict[str, Any], out: Path) -> list[str]:
 # --- markdown ---------------------------------------------------------------------------
 
 
+def _backfill_md(b: dict[str, Any]) -> list[str]:
+    """The backfill section; a run from before the S3A baseline (rows with
+    ``vs_parquet_reader``, against Parquet on local disk) is shown as it was measured."""
+    lines = ["## Backfill: Spark `memq` source vs Spark's built-in Parquet reader", ""]
+    if "skipped" in b:
+        return [*lines, f"Skipped: {b['skipped']}.", ""]
+    d = b["data"]
+    s3a = d.get("baseline_parquet_s3a")
+    size = f"{d['baseline_parquet_bytes'] / 1e6:.0f} MB"
+    if s3a:
+        base = (f"the baseline reads the same records as uncompressed Parquet ({size}) from "
+                "a bucket of the same S3 (moto) through Hadoop's S3A connector, input stream "
+                f"`{s3a['stream']}` ({', '.join(f'{k}={v}' for k, v in s3a['settings'].items() if k != 'fs.s3a.endpoint')}); "
+                "the same files on local disk are a second reference")  # fmt: skip
+    else:
+        base = (f"the baseline reads the same records as uncompressed Parquet on local disk "
+                f"({size})")  # fmt: skip
+    lines += [f"{d['objects']} objects, {d['records']:,} records of 1 KiB "
+              f"({d['payload_bytes'] / 1e6:.0f} MB); {base}; the memq source reads them from "
+              f"moto over HTTP. Each reader's job runs back to back for a {d['window_s']:g} s "
+              "window after a warm-up job; MB/s of record payload. `spark` is the Spark JVM "
+              "and its Python workers.",
+              "", "| reader | MB/s | records/s | vs Parquet over S3A | vs Parquet on local disk | "
+              + " | ".join(f"{p} CPU-s/GiB" for p in BACKFILL_PROCS) + " |",
+              "|---|---|---|---|---|" + "---|" * len(BACKFILL_PROCS)]  # fmt: skip
+    for n, r in b["rows"].items():
+        vs_s3a = _x(r["vs_parquet_s3a"]) if "vs_parquet_s3a" in r else ""
+        local = r.get("vs_parquet_local", r.get("vs_parquet_reader"))
+        lines.append(f"| {n} | {_f(r['MBps'], '{:.1f}')} | {_f(r['records_per_s'])} | "
+                     f"{vs_s3a} | {_x(local) if local else ''} | "
+                     f"{_cpus(r, BACKFILL_PROCS)} |")  # fmt: skip
+    if d.get("where_records"):
+        lines += ["", f"The `where` rows keep the middle tenth of the records by time "
+                  f"({d['where_records']:,} records; their MB/s and records/s count those) "
+                  "and are compared with the Parquet reader's read of the same `WHERE`; "
+                  "`pushdown`: with `spark.sql.python.filterPushdown.enabled` "
+                  "(docs/spark.md)."]  # fmt: skip
+    return [*lines, ""]
+
+
+def _cpu_totals_md(ing: dict[str, Any], rows: dict[str, Any]) -> list[str]:
+    """The ingest section's first table: each write path's CPU per GiB, MemQ's against
+    Kafka's at replication factor 3 (empty for runs that did not measure it)."""
+    kafka = rows.get("kafka_direct", {}).get("cpu_total_s_per_GiB")
+    memq = [n for n in INGEST_MEMQ if "cpu_vs_kafka" in rows.get(n, {})]
+    if kafka is None or not memq:
+        return []
+    out = ["**Total CPU per GiB ingested**, every process of each write path "
+           f"({ing['cpu_total_method']}). On AWS the S3 server's CPU is not the user's: "
+           "the last column leaves it out. devnull has no storage and filesystem no "
+           "replication: the S3 rows are the product's comparison.", "",
+           "| MemQ run | MemQ total CPU-s/GiB | of which S3 server (moto) | "
+           "Kafka total CPU-s/GiB (RF 3) | MemQ / Kafka | MemQ without S3 server / Kafka |",
+           "|---|---|---|---|---|---|"]  # fmt: skip
+    for n in sorted(memq, key=lambda n: not n.startswith("s3")):  # the S3 rows first
+        r = rows[n]
+        t = r["cpu_total_s_per_GiB"]
+        out.append(f"| {r['name']} | {_f(t['total'], '{:.2f}')} | {_f(t['s3'], '{:.2f}')} | "
+                   f"{_f(kafka['total'], '{:.2f}')} | {_x(r['cpu_vs_kafka'])} | "
+                   f"{_x(r['cpu_without_s3_vs_kafka'])} |")  # fmt: skip
+    return [*out, ""]
+
+
 def _md(doc: dict[str, Any], plots: list[str]) -> str:
     sec = doc["sections"]
     m = doc["machine"]
@@ -216,7 +282,7 @@ def _md(doc: dict[str, Any], plots: list[str]) -> str:
             if len(set(doc.get("section_times", {}).values())) > 1
             else []
         ),
-        "All servers are local (moto S3 is one Python process, Tansu speaks Kafka), "
+        f"All servers are local (moto S3 is one Python process; Kafka: {_kafka(doc)}), "
         "everything shares the same cores, so absolute numbers are for this machine; the "
         "ratios are the point. Raw data: `suite.json`. Seconds per section: "
         + ", ".join(f"{k} {v}" for k, v in doc["seconds"].items())
@@ -238,13 +304,13 @@ def _md(doc: dict[str, Any], plots: list[str]) -> str:
               "warm-up)", "",
               "Only bytes acknowledged inside the window count; CPU-s/GiB is utime + stime "
               "from /proc per process over the window, per GiB acknowledged in it. Kafka "
-              "baseline: confluent-kafka, one thread, to Tansu with "
+              f"baseline: confluent-kafka, one thread, to {_kafka(doc)} with "
               + ", ".join(f"{k}={v}" for k, v in ing["kafka_settings"].items())
               + ". Raw S3 PUT baseline: 8 MiB objects, 4 at a time (the broker's ring).",
               ""]  # fmt: skip
         for acks, d in ing["acks"].items():
             rows = d["rows"]
-            lines += [f"### acks={acks}", "",
+            lines += [f"### acks={acks}", "", *_cpu_totals_md(ing, rows),
                   "| run | MB/s | ratio to baseline | ack p99 ms | PUTs/GiB | "
                   + " | ".join(f"{p} CPU-s/GiB" for p in PROCS) + " |",
                   "|---|---|---|---|---|" + "---|" * len(PROCS)]  # fmt: skip
@@ -301,31 +367,7 @@ def _md(doc: dict[str, Any], plots: list[str]) -> str:
                          f"{_cpus(r)} |")  # fmt: skip
         lines.append("")
     if "backfill" in sec:
-        b = sec["backfill"]
-        lines += ["## Backfill: Spark `memq` source vs Spark's built-in Parquet reader", ""]
-        if "skipped" in b:
-            lines += [f"Skipped: {b['skipped']}.", ""]
-        else:
-            d = b["data"]
-            lines += [f"{d['objects']} objects, {d['records']:,} records of 1 KiB "
-                  f"({d['payload_bytes'] / 1e6:.0f} MB); the baseline reads the same records "
-                  f"as uncompressed Parquet on local disk ({d['baseline_parquet_bytes'] / 1e6:.0f}"
-                  " MB), the memq source reads them from moto over HTTP. Each reader's job "
-                  f"runs back to back for a {d['window_s']:g} s window after a warm-up job; "
-                  "MB/s of record payload. `spark` is the Spark JVM and its Python workers.",
-                  "", "| reader | MB/s | records/s | vs Parquet reader | "
-                  + " | ".join(f"{p} CPU-s/GiB" for p in BACKFILL_PROCS) + " |",
-                  "|---|---|---|---|" + "---|" * len(BACKFILL_PROCS)]  # fmt: skip
-            for n, r in b["rows"].items():
-                lines.append(f"| {n} | {_f(r['MBps'], '{:.1f}')} | {_f(r['records_per_s'])} | "
-                         f"{_x(r['vs_parquet_reader'])} | {_cpus(r, BACKFILL_PROCS)} |")  # fmt: skip
-            if d.get("where_records"):
-                lines += ["", f"The `where` rows keep the middle tenth of the records by time "
-                          f"({d['where_records']:,} records; their MB/s and records/s count those) "
-                          "and are compared with the Parquet reader's read of the same `WHERE`; "
-                          "`pushdown`: with `spark.sql.python.filterPushdown.enabled` "
-                          "(docs/spark.md)."]  # fmt: skip
-            lines.append("")
+        lines += _backfill_md(sec["backfill"])
     if "scaling" in sec:
         sc = sec["scaling"]
         st = sc["setup"]
@@ -366,7 +408,23 @@ def _md(doc: dict[str, Any], plots: list[str]) -> str:
     return "\n".join(lines)
 
 
+def _kafka(doc: dict[str, Any]) -> str:
+    """What the run's Kafka was (the label ``kafka`` in the CPU columns)."""
+    return str(doc.get("kafka_server", LEGACY_KAFKA))
+
+
+def _relabel(value: Any) -> Any:
+    """``value`` with every CPU column ``kafka_tansu`` (a suite.json of the Tansu days)
+    named ``kafka``, as later runs label it; the report names what it was (:func:`_kafka`)."""
+    if isinstance(value, dict):
+        return {("kafka" if k == "kafka_tansu" else k): _relabel(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_relabel(v) for v in value]
+    return value
+
+
 def write(doc: dict[str, Any], out: Path) -> Path:
+    doc = _relabel(doc)
     plots = _plots(doc, out)
     md = out / "report.md"
     md.write_text(_md(doc, plots))

@@ -4,21 +4,24 @@ Runs, on one private local stack (plus Spark's own for the backfill), with fixed
 
 - formats: block encode/decode per codec vs a plain memory copy;
 - ingest: acks=all, one producing thread, ``produce()`` and ``produce_batch()`` x storage
-  devnull/filesystem/s3 vs confluent-kafka (one thread, its documented throughput
-  settings) producing straight to Kafka (Tansu) and vs raw boto3 PUTs with the broker's
-  upload concurrency;
+  devnull/filesystem/s3 vs confluent-kafka (one thread, acks=all, idempotent, its
+  documented throughput settings) producing straight to the stack's Apache Kafka (one
+  KRaft node) and vs raw boto3 PUTs with the broker's upload concurrency; with each
+  write path's total CPU per GiB, MemQ's against Kafka's at replication factor 3
+  (``benchlib.CPU_TOTAL_METHOD``);
 - latency: end-to-end p50/p99 vs batch.ms and batch.bytes, with PUTs/hour;
 - consume: memq.Consumer from S3 and filesystem vs raw GETs (same concurrency) and
   direct Kafka consume;
 - backfill: Spark ``memq`` source vs Spark's built-in Parquet reader over the same
-  records (and to Parquet, and a raw parallel download);
+  records in the same S3 through S3A (and on local disk; and to Parquet, and a raw
+  parallel download);
 - scaling: 1/2/4 producer processes x 1/3 brokers;
 - cost: ``memq.cost`` for a reference workload, with the PUTs/GiB measured here.
 
 Method (issue 19): ingest, consume and backfill figures are steady-state: a warm-up
 (excluded), then a window of >= 20 s in which only bytes acknowledged (handed out) inside
 the window count, with CPU seconds per GiB of every process involved (client, broker,
-Tansu, moto, Spark) from /proc (``benchlib.steady_state`` / ``repeat_window``). Every
+Kafka, moto, Spark) from /proc (``benchlib.steady_state`` / ``repeat_window``). Every
 figure is min/median/max over the repetitions; every ratio is computed within a
 repetition (MemQ and its baseline measured back to back) and then summarised. Writes
 ``<out>/suite.json`` (all raw runs), ``<out>/report.md`` and ``<out>/*.png``.
@@ -112,6 +115,7 @@ def ingest(quick: bool, reps: int) -> dict[str, Any]:
         "warmup_s": warmup,
         "window_s": window,
         "kafka_settings": bench_produce.KAFKA_CONF,
+        "cpu_total_method": benchlib.CPU_TOTAL_METHOD,
         "acks": {},
     }
     for acks in ("all",):
@@ -138,6 +142,14 @@ def ingest(quick: bool, reps: int) -> dict[str, Any]:
                         runs, lambda r, n=name: r[n]["broker_peak_rss_MB"]
                     ),
                 )
+            totals = [r[name].get("cpu_total") for r in runs]
+            if all(totals):
+                row["cpu_total_s_per_GiB"] = {
+                    part: _spread_of(totals, lambda t, p=part: t[p]) for part in totals[0]
+                }
+            for ratio in ("cpu_vs_kafka", "cpu_without_s3_vs_kafka"):
+                if all(ratio in r[name] for r in runs):
+                    row[ratio] = _spread_of(runs, lambda r, n=name, k=ratio: r[n][k])
             if "ack_p99_ms" in runs[0][name]:
                 row["ack_p99_ms"] = _spread_of(runs, lambda r, n=name: r[n]["ack_p99_ms"])
             if name.startswith("s3") and name != "s3raw":
@@ -182,10 +194,8 @@ def backfill(quick: bool, reps: int) -> dict[str, Any]:
     doc = bench_backfill.run(
         False, bench_backfill.Compression.NONE, "local[*]", size=(24, 4), repeats=reps
     )
-    rows = {
-        name: {k: r[k] for k in ("MBps", "records_per_s", "cpu_s_per_GiB", "vs_parquet_reader")}
-        for name, r in doc["results"].items()
-    }
+    keep = ("MBps", "records_per_s", "cpu_s_per_GiB", "vs_parquet_s3a", "vs_parquet_local")
+    rows = {name: {k: r[k] for k in keep if k in r} for name, r in doc["results"].items()}
     return {"data": doc["data"], "rows": rows, "raw": doc}
 
 
@@ -201,7 +211,8 @@ def run(quick: bool, reps: int, only: set[str], checkpoint: Path | None = None) 
         "sections": {},
         "seconds": {},
     }
-    with benchlib.shared_stack():
+    with benchlib.shared_stack() as state:
+        doc["kafka_server"] = benchlib.kafka_server(state)
         for name in SECTIONS:
             if name not in only:
                 continue
@@ -250,6 +261,9 @@ def merged(path: Path, new: dict[str, Any]) -> dict[str, Any]:
     )
     out["section_times"] = {name: times[name] for name in out["sections"]}
     out["time"], out["machine"] = new["time"], new["machine"]
+    kept = old.get("kafka_server", report.LEGACY_KAFKA)
+    if new.get("kafka_server", kept) != kept:
+        out["kafka_server"] = f"{new['kafka_server']}; sections kept from earlier: {kept}"
     out["cost"] = report.cost_section(out)
     return out
 

@@ -77,8 +77,13 @@ def kafka_java(main: str, *args: str, jvm: tuple[str, ...] = ("-Xmx256m",)) -> l
 
 
 def _cluster_id() -> str:
-    """A Kafka cluster id: 16 random bytes, URL-safe base64 without padding."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A Kafka cluster id: 16 random bytes, URL-safe base64 without padding, never
+    starting with "-" (as Kafka's own Uuid.randomUuid: StorageTool's ``-t -x..`` would
+    read it as an option; 1 start in 64 did, and the stack failed to start)."""
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):
+            return cid
 
 
 @dataclass

@@ -35,7 +35,20 @@ def test_bench_kafka_ingest_quick(tmp_path: Path, memq_stack: StackState) -> Non
         assert r["records_acked"] > 0 and r["MBps"] > 0 and r["failed"] == 0, r
         assert r["ack_p99_ms"] >= r["ack_p50_ms"] > 0
     assert doc["memq_kafka_listener"]["server_cpu_s_per_GiB"] > 0
+    # Kafka's Java producer (ProducerPerformance) into both; a --quick run is too short
+    # for two of its 5 s reporting lines, so each is measured over the whole run
+    for name, server in (("java_memq_kafka_listener", "broker"), ("java_kafka_direct", "kafka")):
+        r = doc[name]
+        assert r["records_acked"] == r["num_records"] and r["failed"] == 0, r
+        assert r["window"] == "whole run" and r["MBps"] > 0, r
+        assert r["tool_summary"]["lat_p99_ms"] >= r["tool_summary"]["lat_p50_ms"] >= 0, r
+        assert r["cpu_s_per_GiB"]["client"] > 0 and r["server_cpu_s_per_GiB"] > 0, r
+        assert r["cpu_s_per_GiB"][server] == r["server_cpu_s_per_GiB"]
+    # the session's Kafka and moto are on this machine: each path's CPU total is formed
+    for name in ("memq_kafka_listener", "java_memq_kafka_listener"):
+        assert doc[name]["cpu_vs_kafka"] > 0 and doc[name]["cpu_total"]["total"] > 0
     assert "MemQ / direct throughput" in proc.stdout
+    assert "Java ProducerPerformance into" in proc.stdout
     # two repetitions, each with its own ratio; the summary spans them
     assert len(doc["runs"]) == 2
     ratios = [r["ratio_MBps"] for r in doc["runs"]]
@@ -45,3 +58,5 @@ def test_bench_kafka_ingest_quick(tmp_path: Path, memq_stack: StackState) -> Non
         "max": max(ratios),
     }
     assert doc["ratio_MBps"] == doc["ratios"]["ratio_MBps"]["median"]
+    java = [r["ratio_MBps_java"] for r in doc["runs"]]
+    assert doc["ratio_MBps_java"] == sum(java) / 2 and all(x > 0 for x in java)

@@ -46,6 +46,21 @@ def test_memq_bench_quick_writes_report_plots_and_json(
         assert rows[name]["broker_peak_rss_MB"]["min"] > 10
     for name in ("kafka_direct", "s3_raw_put"):
         assert _spread_ok(rows[name]["MBps"]) and _spread_ok(rows[name]["cpu_s_per_GiB"]["client"])
+    # The session's Kafka and moto listen on this machine: their CPU is measured, and with
+    # it each write path's total (Kafka's broker counted 3 times: replication factor 3).
+    kafka = rows["kafka_direct"]
+    assert _spread_ok(kafka["cpu_s_per_GiB"]["kafka"]), kafka["cpu_s_per_GiB"]
+    assert _spread_ok(kafka["cpu_total_s_per_GiB"]["total"])
+    for name in ("s3", "s3_batch"):
+        total = rows[name]["cpu_total_s_per_GiB"]
+        assert _spread_ok(total["total"]) and _spread_ok(rows[name]["cpu_vs_kafka"]), name
+        assert total["without_s3"]["median"] < total["total"]["median"], name
+    one = sec["ingest"]["acks"]["all"]["runs"][0]
+    c, k = one["s3"]["cpu_s_per_GiB"], one["kafka"]["cpu_s_per_GiB"]
+    memq_total = c["client"] + c["broker"] + c["s3_moto"] + 3 * c["kafka"]
+    assert one["s3"]["cpu_total"]["total"] == pytest.approx(memq_total, abs=0.011)
+    kafka_total = k["client"] + 3 * k["kafka"]
+    assert one["kafka"]["cpu_total"]["total"] == pytest.approx(kafka_total, abs=0.011)
     runs = sec["ingest"]["acks"]["all"]["runs"]
     assert len(runs) == 2
     # the steady-state method, in smoke size: a 2 s window after the warm-up
@@ -66,7 +81,8 @@ def test_memq_bench_quick_writes_report_plots_and_json(
     report = (out / "report.md").read_text()
     for heading in ("## Ingest", "### acks=all", "## End-to-end latency", "## Consume",
                     "## Scaling", "## Cost model", "Quick (smoke) mode", "client CPU-s/GiB",
-                    "linger.ms=5"):  # fmt: skip
+                    "linger.ms=5", "kafka CPU-s/GiB", "Total CPU per GiB ingested",
+                    "Kafka total CPU-s/GiB (RF 3)", "lower bound"):  # fmt: skip
         assert heading in report, heading
     for png in ("ingest.png", "broker_resources.png", "latency.png", "consume.png", "scaling.png"):
         data = (out / png).read_bytes()

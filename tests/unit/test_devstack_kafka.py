@@ -65,3 +65,16 @@ def test_server_properties_one_node_quick_groups(tmp_path: Path) -> None:
     assert props["offsets.topic.num.partitions"] == "1"
     assert props["auto.create.topics.enable"] == "false"
     assert props["log.dirs"] == str(tmp_path)
+
+
+def test_cluster_ids_never_look_like_an_option(monkeypatch) -> None:
+    """StorageTool reads ``-t -...`` as an option: an id starting with "-" is redrawn."""
+    import uuid as uuid_mod
+
+    from memq.devstack import kafka
+
+    # 0xf8 first: base64 "-" (62) in the first character; then an ordinary id
+    draws = iter([bytes([0xF8]) + bytes(15), bytes(16)])
+    monkeypatch.setattr(kafka.uuid, "uuid4", lambda: uuid_mod.UUID(bytes=next(draws)))
+    cid = kafka._cluster_id()
+    assert cid == "AAAAAAAAAAAAAAAAAAAAAA" and len(cid) == 22
