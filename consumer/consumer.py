@@ -430,8 +430,7 @@ class Consumer:
         return out
 
     def get_watermark_offsets(self, topic: str, partition: int) -> tuple[int, int]:
-        """(low, high) notification offsets of a partition; the high one verified by
-        reading past it (some Kafka-protocol brokers report it short)."""
+        """(low, high) notification offsets of a partition, as Kafka reports them now."""
         (note_topic,) = self._resolve([topic])
         self._resolved.check_partition(topic, partition)
         assert self._probe is not None

@@ -5,9 +5,8 @@ A MemQ consumer group is a Kafka consumer group on a topic's notification topic;
 committed offsets are notification offsets (objects). Lag is given three ways: in
 objects (end offset minus committed), in records (the record counts the pending
 notifications carry) and in seconds (now minus the oldest record timestamp of the first
-pending object). End offsets are verified by reading (some Kafka-protocol brokers report
-a short high watermark), and time lookups binary-search notifications by their record
-timestamps, so both work without ``offsets_for_times``.
+pending object). End offsets are Kafka's high watermarks; time lookups are
+:func:`~memq.consumer.seeking.first_offset_at`'s.
 
 Offsets are reset only while the group has no active member, as Kafka's
 ``kafka-consumer-groups`` does: a live member would overwrite them with its own commits.

@@ -3,10 +3,9 @@
 Notifications are small JSON records on the topic's notification topic; its partitions
 are the topic's read partitions, and the consumer group is a Kafka consumer group on
 it. Offsets are committed explicitly, and only for objects fully handed to the
-application. A separate, group-less probe consumer reads single notifications by
-offset: for true end offsets (some Kafka-protocol brokers under-report the high
-watermark) and for seek-to-time by binary search when ``offsets_for_times`` is not
-answered sensibly.
+application. A separate, group-less probe consumer reads notifications by offset
+and asks Kafka for watermarks and offsets for times: for seeks, lag and the
+operator's group commands.
 """
 
 from __future__ import annotations
@@ -417,18 +416,17 @@ class NotificationProbe:
             self._stop()
 
     def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
-        """(low, high) offsets; the high one verified by reading past it.
-
-        Some Kafka-protocol brokers report a high watermark short by a batch; reading
-        forward from it until the end finds the true one.
-        """
+        """(low, high) offsets as Kafka reports them now (not cached)."""
         from confluent_kafka import TopicPartition
 
-        low, high = self.kafka.get_watermark_offsets(
-            TopicPartition(topic, partition), timeout=self.timeout, cached=False
-        )
-        while self.read(topic, partition, high) is not None:
-            high += 1
+        try:
+            low, high = self.kafka.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=self.timeout, cached=False
+            )
+        except Exception as e:
+            raise NotificationError(
+                f"reading the offsets of notification partition {topic}[{partition}]: {e}"
+            ) from e
         return int(low), int(high)
 
     def offsets_for_time(self, topic: str, partition: int, ts: int, timeout: float) -> int | None:

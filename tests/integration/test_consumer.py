@@ -241,6 +241,55 @@ def test_seek_to_time_finds_an_object_whose_timestamps_run_back(
         probe.close()
 
 
+def test_ends_lag_and_seek_to_end_are_kafkas_high_watermarks(
+    broker: BrokerThread, memq_stack: StackState, topic: str
+) -> None:
+    """get_watermark_offsets, lag(), seek_to_end() and `memq group` take the end of a
+    partition from Kafka's high watermark (asked each time, nothing read past it)."""
+    from confluent_kafka import Consumer as KafkaConsumer
+    from confluent_kafka import TopicPartition
+
+    from memq.consumer.groups import GroupAdmin
+
+    nt = broker.config.topics[0].notification_topic(broker.config.cluster)
+    kafka = KafkaConsumer({"bootstrap.servers": memq_stack.kafka_bootstrap, "group.id": "wm"})
+
+    def kafka_ends() -> dict[int, tuple[int, int]]:
+        return {p: kafka.get_watermark_offsets(TopicPartition(nt, p), timeout=10, cached=False)
+                for p in range(4)}  # fmt: skip
+
+    first, second, third = ([b"%s-%05d" % (n, i) for i in range(3000)]
+                            for n in (b"first", b"second", b"third"))  # fmt: skip
+    produce(broker.address, topic, first)
+    c = consumer(broker.address, topic, "ends", **{"enable.auto.commit": False})
+    assert {p: c.get_watermark_offsets(topic, p) for p in range(4)} == kafka_ends()
+    assert Counter(m.value for m in drain(c, len(first))) == Counter(first)
+    assert c.lag().partitions == {(topic, p): 0 for p in range(4)}
+    before = kafka_ends()
+    produce(broker.address, topic, second)  # not read: behind by its notifications
+    after = kafka_ends()
+    assert sum(after[p][1] - before[p][1] for p in range(4)) > 0
+    assert c.lag().partitions == {(topic, p): after[p][1] - before[p][1] for p in range(4)}
+    c.seek_to_end()
+    assert c.lag().notifications == 0
+    produce(broker.address, topic, third)
+    assert Counter(m.value for m in drain(c, len(third))) == Counter(third)
+    assert c.consume(100, 2.0) == []  # the second lot was skipped
+    c.commit()
+    c.close()
+    final = kafka_ends()
+    kafka.close()
+    admin = GroupAdmin(broker.address)
+    d = admin.describe("ends", topic)
+    assert [(p["partition"], p["committed"], p["end"], p["lag_objects"])
+            for p in d["topics"][topic]] == [
+        (p, final[p][1], final[p][1], 0) for p in range(4)]  # fmt: skip
+    plan = admin.reset_offsets("ends", topic, to="earliest")
+    assert plan.moves == {p: (final[p][1], final[p][0]) for p in range(4)}
+    plan = admin.reset_offsets("ends", topic, to="latest")
+    assert plan.moves == {p: (final[p][1], final[p][1]) for p in range(4)}
+
+
 def test_seek_to_message_id_rereads_from_that_record(broker: BrokerThread, topic: str) -> None:
     values = [b"id-%05d" % i for i in range(8000)]
     produce(broker.address, topic, values)
