@@ -419,7 +419,8 @@ class Consumer:
         object reaching that time (its newest record's timestamp >= ts), or the end
         offset when none does yet, so the answer can be given to :meth:`assign` (which
         then reads those objects whole; :meth:`seek_to_time` also skips their older
-        records). Kafka's answer is used where it checks out, else a binary search."""
+        records). Found by :func:`~memq.consumer.seeking.first_offset_at` from Kafka's
+        offsets_for_times."""
         out: dict[tuple[str, int], int] = {}
         for topic, part, ts in partitions:
             _check_timestamp(ts, "offsets_for_times")
@@ -499,10 +500,11 @@ class Consumer:
     def seek_to_time(self, timestamp_ms: int) -> None:
         """Continue, in every assigned partition, from the first record with timestamp >= ts.
 
-        Uses Kafka's offsets_for_times where it is answered sensibly; otherwise (some
-        Kafka-protocol brokers always answer 0) binary-searches notification offsets by
-        the min/max record timestamps notifications carry. Records older than ts inside
-        the first object are skipped, whole blocks by their index without reading them.
+        The first object reaching ts is found from Kafka's offsets_for_times (over the
+        notifications' publish times), stepping over objects in flight then and looking
+        back for ones stamped ahead (:func:`~memq.consumer.seeking.first_offset_at`).
+        Records older than ts inside the first object are skipped, whole blocks by their
+        index without reading them.
         """
         self._check_open()
         _check_timestamp(timestamp_ms, "seek_to_time")

@@ -430,6 +430,9 @@ class NotificationProbe:
         return int(low), int(high)
 
     def offsets_for_time(self, topic: str, partition: int, ts: int, timeout: float) -> int | None:
+        """Kafka's first offset of the partition published at or after ``ts`` (the
+        notifications' Kafka timestamps); ``OFFSET_END`` (-1) when none is; None when
+        Kafka did not answer."""
         from confluent_kafka import TopicPartition
 
         try:
@@ -437,9 +440,12 @@ class NotificationProbe:
                 [TopicPartition(topic, partition, ts)], timeout=timeout
             )
         except Exception as e:
-            log.info("offsets_for_times not answered (%s): binary search instead", e)
+            log.info("offsets_for_times on %s[%d] not answered: %s", topic, partition, e)
             return None
-        return int(res.offset) if res.offset >= 0 else None
+        if res.error is not None:
+            log.info("offsets_for_times on %s[%d] failed: %s", topic, partition, res.error)
+            return None
+        return int(res.offset) if res.offset >= 0 else OFFSET_END
 
     def close(self) -> None:
         self.kafka.close()
