@@ -408,9 +408,10 @@ class Consumer:
         return self._memq(sorted(self._prefetch.paused))
 
     def partitions_for(self, topic: str) -> list[int]:
-        """The partitions of ``topic`` (of its notification topic)."""
-        (note_topic,) = self._resolve([topic])
-        return list(range(self._topics[note_topic].partitions))
+        """The partitions of ``topic`` (of its notification topic), as the brokers report
+        them now."""
+        self._resolve([topic])
+        return list(range(self._resolved.refresh(topic)))
 
     def offsets_for_times(
         self, partitions: Iterable[tuple[str, int, int]]
