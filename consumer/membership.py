@@ -75,6 +75,8 @@ def notification_consumer_conf(c: ConsumerConfig, bootstrap: str) -> dict[str, A
     """librdkafka settings of the notification consumer (the user's ``kafka`` win)."""
     return {
         "bootstrap.servers": bootstrap,
+        # The group's member list (memq group describe, kafka-consumer-groups) names it.
+        "client.id": c.client_id,
         "group.id": c.group_id or GROUPLESS,
         "auto.offset.reset": c.auto_offset_reset,
         "enable.auto.commit": False,

@@ -12,6 +12,7 @@ def test_short_fetch_wait_by_default() -> None:
     assert conf["topic.metadata.refresh.interval.ms"] == 10_000  # grown partitions: 10 s
     assert conf["bootstrap.servers"] == "k:9092"
     assert conf["group.id"] == "g"
+    assert conf["client.id"] == "memq-consumer"  # the member's name in group listings
     assert conf["enable.auto.commit"] is False
 
 
