@@ -229,3 +229,61 @@ def test_live_members_are_listed_and_described_before_any_commit(
 
     wait_for(gone, timeout=30, what="the group without members")
     assert all(g["group"] != group for g in admin.list_groups())
+
+
+def test_kafkas_consumer_group_command_shows_what_memq_group_describe_says(
+    memq_stack: StackState, s3_bucket: str, unique_name: Any
+) -> None:
+    """Apache Kafka's kafka-consumer-groups (ConsumerGroupCommand, from the local stack's
+    jars) lists a MemQ group's committed positions in its notification topic, its log
+    end offsets and lag in objects, and its live member: the same as memq group describe."""
+    from memq.devstack.kafka import kafka_java
+
+    topic = unique_name("kcg")
+    cfg = broker_config(memq_stack, bucket=s3_bucket, topics=[topic], batch_ms=100,
+                        partitions=3)  # fmt: skip
+    with BrokerThread(cfg) as b:
+        with Producer({"bootstrap.servers": b.address}) as p:
+            for n in range(6):
+                for i in range(40):
+                    p.produce(topic, b"%d-%d" % (n, i))
+                assert p.flush(30) == 0  # an object (or more) each
+        group = unique_name("kcg-group")
+        c = Consumer({"bootstrap.servers": b.address, "group.id": group, **GROUP,
+                      "enable.auto.commit": False, "client.id": "kcg-reader"})  # fmt: skip
+        c.subscribe(topic)
+        got: list[Any] = []
+        deadline = time.monotonic() + 60
+        while len(got) < 120 and time.monotonic() < deadline:
+            got.extend(c.consume(120 - len(got), 1.0))
+        c.commit()  # some objects of some partitions: lag left on others
+        with Producer({"bootstrap.servers": b.address}) as p:
+            for i in range(40):
+                p.produce(topic, b"late-%d" % i)
+            assert p.flush(30) == 0
+        memq_view = GroupAdmin(b.address).describe(group, topic)
+        nt = cfg.topics[0].notification_topic(cfg.cluster)
+        out = subprocess.run(
+            kafka_java("org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+                       "--bootstrap-server", memq_stack.kafka_bootstrap, "--describe",
+                       "--group", group),
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        c.close()
+    assert out.returncode == 0, out.stderr[-3000:]
+    header, *rows = [line.split() for line in out.stdout.splitlines() if line.strip()]
+    assert header[:6] == ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET",
+                          "LAG"] and header[-1] == "CLIENT-ID"  # fmt: skip
+    kafka_view = {int(r[2]): (None if r[3] == "-" else int(r[3]), int(r[4]),
+                              None if r[5] == "-" else int(r[5]), r[-1])
+                  for r in rows if r[0] == group and r[1] == nt}  # fmt: skip
+    assert len(kafka_view) == len(rows) == 3, out.stdout  # its output alone on stdout
+    assert kafka_view == {
+        p["partition"]: (p["committed"], p["end"],
+                         p["lag_objects"] if p["committed"] is not None else None, "kcg-reader")
+        for p in memq_view["topics"][topic]
+    }, out.stdout  # fmt: skip
+    assert sum(1 for v in kafka_view.values() if v[0] is not None) >= 1
+    assert [(m["client_id"], len(m["partitions"])) for m in memq_view["members"]] == [
+        ("kcg-reader", 3)
+    ]
