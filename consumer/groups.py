@@ -332,10 +332,7 @@ class GroupAdmin:
             at = committed.get((nt, p))
             pos = max(at if at is not None else low, low)
             records, estimated, oldest = 0, False, None
-            for off in range(pos, min(high, pos + MAX_LAG_READS)):
-                note = probe.read(nt, p, off)
-                if note is None:
-                    break
+            for _, note in probe.scan(nt, p, pos, min(high, pos + MAX_LAG_READS)):
                 records += note.record_count
                 oldest = note.min_timestamp if oldest is None else oldest
             if high - pos > MAX_LAG_READS and records:  # the rest: at the same average
