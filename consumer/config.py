@@ -83,7 +83,8 @@ class ConsumerConfig(AuditedClientConfig):
     #: Override storage settings the brokers advertise (e.g. endpoint_url, region, root).
     storage: dict[str, Any] = {}
     #: Extra librdkafka settings for the notification consumer (security.protocol, sasl.*;
-    #: fetch.wait.max.ms is 100 unless set here).
+    #: fetch.wait.max.ms is 100 and topic.metadata.refresh.interval.ms 10000 unless set
+    #: here).
     kafka: dict[str, str | int | float | bool] = {}
     #: Deadline of the metadata request to the brokers at subscribe()/assign(), and of
     #: reading the group's committed offsets (with their record positions) on assignment.

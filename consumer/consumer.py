@@ -411,9 +411,10 @@ class Consumer:
         return self._memq(sorted(self._prefetch.paused))
 
     def partitions_for(self, topic: str) -> list[int]:
-        """The partitions of ``topic`` (of its notification topic)."""
-        (note_topic,) = self._resolve([topic])
-        return list(range(self._topics[note_topic].partitions))
+        """The partitions of ``topic`` (of its notification topic), as the brokers report
+        them now."""
+        self._resolve([topic])
+        return list(range(self._resolved.refresh(topic)))
 
     def offsets_for_times(
         self, partitions: Iterable[tuple[str, int, int]]
@@ -422,7 +423,8 @@ class Consumer:
         object reaching that time (its newest record's timestamp >= ts), or the end
         offset when none does yet, so the answer can be given to :meth:`assign` (which
         then reads those objects whole; :meth:`seek_to_time` also skips their older
-        records). Kafka's answer is used where it checks out, else a binary search."""
+        records). Found by :func:`~memq.consumer.seeking.first_offset_at` from Kafka's
+        offsets_for_times."""
         out: dict[tuple[str, int], int] = {}
         for topic, part, ts in partitions:
             _check_timestamp(ts, "offsets_for_times")
@@ -433,8 +435,7 @@ class Consumer:
         return out
 
     def get_watermark_offsets(self, topic: str, partition: int) -> tuple[int, int]:
-        """(low, high) notification offsets of a partition; the high one verified by
-        reading past it (some Kafka-protocol brokers report it short)."""
+        """(low, high) notification offsets of a partition, as Kafka reports them now."""
         (note_topic,) = self._resolve([topic])
         self._resolved.check_partition(topic, partition)
         assert self._probe is not None
@@ -503,10 +504,11 @@ class Consumer:
     def seek_to_time(self, timestamp_ms: int) -> None:
         """Continue, in every assigned partition, from the first record with timestamp >= ts.
 
-        Uses Kafka's offsets_for_times where it is answered sensibly; otherwise (some
-        Kafka-protocol brokers always answer 0) binary-searches notification offsets by
-        the min/max record timestamps notifications carry. Records older than ts inside
-        the first object are skipped, whole blocks by their index without reading them.
+        The first object reaching ts is found from Kafka's offsets_for_times (over the
+        notifications' publish times), stepping over objects in flight then and looking
+        back for ones stamped ahead (:func:`~memq.consumer.seeking.first_offset_at`).
+        Records older than ts inside the first object are skipped, whole blocks by their
+        index without reading them.
         """
         self._check_open()
         _check_timestamp(timestamp_ms, "seek_to_time")

@@ -5,9 +5,8 @@ A MemQ consumer group is a Kafka consumer group on a topic's notification topic;
 committed offsets are notification offsets (objects). Lag is given three ways: in
 objects (end offset minus committed), in records (the record counts the pending
 notifications carry) and in seconds (now minus the oldest record timestamp of the first
-pending object). End offsets are verified by reading (some Kafka-protocol brokers report
-a short high watermark), and time lookups binary-search notifications by their record
-timestamps, so both work without ``offsets_for_times``.
+pending object). End offsets are Kafka's high watermarks; time lookups are
+:func:`~memq.consumer.seeking.first_offset_at`'s.
 
 Offsets are reset only while the group has no active member, as Kafka's
 ``kafka-consumer-groups`` does: a live member would overwrite them with its own commits.
@@ -202,27 +201,46 @@ class GroupAdmin:
                 if p.offset >= 0}  # fmt: skip
 
     def _describe(self, admin: Any, group: str) -> tuple[str, list[dict[str, Any]]]:
-        """(state, members). Some Kafka-protocol brokers (the local one) report a live
-        group's state but not its members."""
-        try:
-            desc = admin.describe_consumer_groups([group])[group].result(self.timeout)
-        except Exception as e:
-            raise NotificationError(f"describing group {group!r} failed: {e}") from e
-        state = str(getattr(desc.state, "name", desc.state)).lower()
-        out = []
-        for m in desc.members or []:
-            parts = m.assignment.topic_partitions if m.assignment else []
-            out.append(
-                {
-                    "member_id": m.member_id,
-                    "client_id": m.client_id,
-                    "host": m.host,
-                    "partitions": sorted(
-                        [self._names.get(p.topic, p.topic), p.partition] for p in parts
-                    ),
-                }
-            )
-        return state, out
+        """(state, members) of ``group``."""
+        return self._describe_many(admin, [group])[group]
+
+    def _describe_many(
+        self, admin: Any, groups: list[str]
+    ) -> dict[str, tuple[str, list[dict[str, Any]]]]:
+        """Per group: its state and its members, with the (MemQ) topic partitions assigned
+        to each."""
+        if not groups:
+            return {}
+        out = {}
+        futures = admin.describe_consumer_groups(groups)
+        for group in groups:
+            try:
+                desc = futures[group].result(self.timeout)
+            except Exception as e:
+                raise NotificationError(f"describing group {group!r} failed: {e}") from e
+            members = []
+            for m in desc.members or []:
+                parts = m.assignment.topic_partitions if m.assignment else []
+                members.append(
+                    {
+                        "member_id": m.member_id,
+                        "client_id": m.client_id,
+                        "host": m.host,
+                        "partitions": sorted(
+                            [self._names.get(p.topic, p.topic), p.partition] for p in parts
+                        ),
+                    }
+                )
+            out[group] = (str(getattr(desc.state, "name", desc.state)).lower(), members)
+        return out
+
+    def _topics_of(
+        self, committed: dict[tuple[str, int], int], members: list[dict[str, Any]]
+    ) -> list[str]:
+        """The MemQ topics a group has committed offsets on or its members are assigned."""
+        names = {self._names[t] for t, _ in committed if t in self._names}
+        names.update(t for m in members for t, _ in m["partitions"] if t in self._partitions)
+        return sorted(names)
 
     def _check_stopped(self, admin: Any, group: str) -> None:
         state, members = self._describe(admin, group)
@@ -232,24 +250,27 @@ class GroupAdmin:
                 "stop them first (a live group would overwrite the offsets with its commits)"
             )
 
-    def list_groups(self, match: Callable[[str], bool] | None = None) -> list[dict[str, Any]]:
-        """Groups that committed offsets on some MemQ topic, with those topics (only the
-        groups whose id ``match`` accepts, when given)."""
+    def list_groups(
+        self, match: Callable[[str], bool] | None = None, *, members: bool = True
+    ) -> list[dict[str, Any]]:
+        """Groups with committed offsets on some MemQ topic or (with ``members``) members
+        reading one, with their state, member count and those topics (only the groups
+        whose id ``match`` accepts)."""
         admin = self._admin()
         self._load(None)
         try:
             listed = admin.list_consumer_groups().result(self.timeout).valid
         except Exception as e:
             raise NotificationError(f"listing consumer groups failed: {e}") from e
+        ids = sorted(g.group_id for g in listed if match is None or match(g.group_id))
+        described = self._describe_many(admin, ids)  # listings may say "unknown"
         out = []
-        for g in sorted(listed, key=lambda g: g.group_id):
-            if match is not None and not match(g.group_id):
-                continue
-            topics = sorted({self._names[t] for t, _ in self._committed(admin, g.group_id)
-                             if t in self._names})  # fmt: skip
+        for group in ids:
+            state, live = described[group]
+            topics = self._topics_of(self._committed(admin, group), live if members else [])
             if topics:
-                state, _ = self._describe(admin, g.group_id)  # listings may say "unknown"
-                out.append({"group": g.group_id, "state": state, "topics": topics})
+                out.append({"group": group, "state": state, "members": len(live),
+                            "topics": topics})  # fmt: skip
         return out
 
     def describe(self, group: str, topic: str | None = None) -> dict[str, Any]:
@@ -261,14 +282,13 @@ class GroupAdmin:
         else:
             self._load(None)
         committed = self._committed(admin, group)
-        topics = [topic] if topic else sorted({self._names[t] for t, _ in committed
-                                               if t in self._names})  # fmt: skip
+        state, members = self._describe(admin, group)
+        topics = [topic] if topic else self._topics_of(committed, members)
         if not topics:
             raise InvalidRequestError(
-                f"group {group!r} has no committed offsets on any MemQ topic: check the name "
-                "(memq group list)"
+                f"group {group!r} has no committed offsets on any MemQ topic and no member "
+                "reading one: check the name (memq group list)"
             )
-        state, members = self._describe(admin, group)
         if topic is not None and not members and state not in _LIVE:
             nt = self._note_topic(topic)
             if not any(t == nt for t, _ in committed):  # a typo would get the whole topic as lag
@@ -312,10 +332,7 @@ class GroupAdmin:
             at = committed.get((nt, p))
             pos = max(at if at is not None else low, low)
             records, estimated, oldest = 0, False, None
-            for off in range(pos, min(high, pos + MAX_LAG_READS)):
-                note = probe.read(nt, p, off)
-                if note is None:
-                    break
+            for _, note in probe.scan(nt, p, pos, min(high, pos + MAX_LAG_READS)):
                 records += note.record_count
                 oldest = note.min_timestamp if oldest is None else oldest
             if high - pos > MAX_LAG_READS and records:  # the rest: at the same average
@@ -484,7 +501,9 @@ class LagCollector:
             return
         try:
             lags = []
-            for g in self.admin.list_groups(self._wanted):
+            # Groups that committed: one that has not yet would count its lag from the
+            # start of the topic, wrong for a group that starts at the end.
+            for g in self.admin.list_groups(self._wanted, members=False):
                 names = [t for t in g["topics"] if topics is None or t in topics]
                 if not names:
                     continue

@@ -75,6 +75,8 @@ def notification_consumer_conf(c: ConsumerConfig, bootstrap: str) -> dict[str, A
     """librdkafka settings of the notification consumer (the user's ``kafka`` win)."""
     return {
         "bootstrap.servers": bootstrap,
+        # The group's member list (memq group describe, kafka-consumer-groups) names it.
+        "client.id": c.client_id,
         "group.id": c.group_id or GROUPLESS,
         "auto.offset.reset": c.auto_offset_reset,
         "enable.auto.commit": False,
@@ -85,6 +87,11 @@ def notification_consumer_conf(c: ConsumerConfig, bootstrap: str) -> dict[str, A
         # does not answer a waiting fetch as soon as data arrives adds that to
         # end-to-end latency. Ten empty fetches a second per broker cost nothing.
         "fetch.wait.max.ms": 100,
+        # Read partitions added to a topic (notification.partitions grown) are found at
+        # the next metadata refresh, then assigned by a rebalance: librdkafka's 5 minutes
+        # would leave their records unread that long. One small metadata request per
+        # consumer every 10 s (100/s for 1,000 consumers) is nothing to a Kafka cluster.
+        "topic.metadata.refresh.interval.ms": 10_000,
         **c.kafka,
     }
 

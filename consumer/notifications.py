@@ -3,10 +3,9 @@
 Notifications are small JSON records on the topic's notification topic; its partitions
 are the topic's read partitions, and the consumer group is a Kafka consumer group on
 it. Offsets are committed explicitly, and only for objects fully handed to the
-application. A separate, group-less probe consumer reads single notifications by
-offset: for true end offsets (some Kafka-protocol brokers under-report the high
-watermark) and for seek-to-time by binary search when ``offsets_for_times`` is not
-answered sensibly.
+application. A separate, group-less probe consumer reads notifications by offset
+and asks Kafka for watermarks and offsets for times: for seeks, lag and the
+operator's group commands.
 """
 
 from __future__ import annotations
@@ -105,6 +104,10 @@ class GroupMember(Protocol):
 
     def close(self) -> None: ...
 
+
+#: How long the probe's fetches wait for data at the end of a partition (see
+#: :class:`NotificationProbe`).
+PROBE_FETCH_WAIT_MS = 10
 
 #: Logical start offsets of :meth:`GroupMember.assign_partitions` (Kafka's values).
 OFFSET_BEGINNING = -2
@@ -325,7 +328,14 @@ class NotificationSource:
 
 
 class NotificationProbe:
-    """Reads single notifications by offset, outside the group (no commits, no rebalances)."""
+    """Reads single notifications by offset, outside the group (no commits, no rebalances).
+
+    It only reads notifications that are already there, so its fetches wait at most
+    :data:`PROBE_FETCH_WAIT_MS` for data, and it stops fetching after each read: Kafka
+    answers one request per connection at a time, and a fetch parked for the usual
+    ``fetch.wait.max.ms`` at the end of a partition held up the probe's next request
+    (a watermark, an offset for a time, the next read) by that long.
+    """
 
     def __init__(self, config: dict[str, Any], timeout: float = 10.0) -> None:
         from confluent_kafka import Consumer
@@ -337,29 +347,40 @@ class NotificationProbe:
                 "group.id": "memq-probe",
                 "enable.auto.commit": False,
                 "enable.partition.eof": True,
+                "fetch.wait.max.ms": PROBE_FETCH_WAIT_MS,
             },
             logger=log,
         )
         self.timeout = timeout
+
+    def _stop(self) -> None:
+        """Stop fetching (the next request on the connection is not queued behind one)."""
+        try:
+            self.kafka.unassign()
+        except Exception as e:  # closed meanwhile
+            log.debug("probe: unassign failed: %s", e)
 
     def read(self, topic: str, partition: int, offset: int) -> Notification | None:
         """The notification at ``offset``, or None past the end of the partition."""
         from confluent_kafka import TopicPartition
 
         self.kafka.assign([TopicPartition(topic, partition, offset)])
-        deadline = time.monotonic() + self.timeout
-        while time.monotonic() < deadline:
-            m = self.kafka.poll(0.5)
-            if m is None:
-                continue
-            err = m.error()
-            if err is not None:
-                if err.code() == -191:  # end of partition
-                    return None
-                raise NotificationError(
-                    f"reading notification {topic}[{partition}]@{offset}: {err.str()}"
-                )
-            return decode_notification(m.value() or b"")
+        try:
+            deadline = time.monotonic() + self.timeout
+            while time.monotonic() < deadline:
+                m = self.kafka.poll(0.5)
+                if m is None:
+                    continue
+                err = m.error()
+                if err is not None:
+                    if err.code() == -191:  # end of partition
+                        return None
+                    raise NotificationError(
+                        f"reading notification {topic}[{partition}]@{offset}: {err.str()}"
+                    )
+                return decode_notification(m.value() or b"")
+        finally:
+            self._stop()
         raise NotificationError(f"reading notification {topic}[{partition}]@{offset} timed out")
 
     def scan(
@@ -370,40 +391,48 @@ class NotificationProbe:
         from confluent_kafka import TopicPartition
 
         self.kafka.assign([TopicPartition(topic, partition, start)])
-        at, deadline = start, time.monotonic() + self.timeout
-        while at < stop:
-            if time.monotonic() > deadline:
-                raise NotificationError(f"reading {topic}[{partition}]@{at} timed out")
-            for m in self.kafka.consume(min(500, stop - at), 0.5):
-                err = m.error()
-                if err is not None:
-                    if err.code() == -191:  # end of partition
+        try:
+            at, deadline = start, time.monotonic() + self.timeout
+            while at < stop:
+                if time.monotonic() > deadline:
+                    raise NotificationError(f"reading {topic}[{partition}]@{at} timed out")
+                # consume() returns once it has that many or its timeout passed, not at the
+                # end of the partition: a short timeout, and the loop, keep a scan that
+                # reaches the end from waiting it out.
+                for m in self.kafka.consume(min(500, stop - at), 0.05):
+                    err = m.error()
+                    if err is not None:
+                        if err.code() == -191:  # end of partition
+                            return
+                        raise NotificationError(
+                            f"reading notification {topic}[{partition}]@{at}: {err.str()}"
+                        )
+                    off = int(m.offset() or 0)
+                    if off >= stop:
                         return
-                    raise NotificationError(
-                        f"reading notification {topic}[{partition}]@{at}: {err.str()}"
-                    )
-                off = int(m.offset() or 0)
-                if off >= stop:
-                    return
-                at, deadline = off + 1, time.monotonic() + self.timeout
-                yield off, decode_notification(m.value() or b"")
+                    at, deadline = off + 1, time.monotonic() + self.timeout
+                    yield off, decode_notification(m.value() or b"")
+        finally:
+            self._stop()
 
     def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
-        """(low, high) offsets; the high one verified by reading past it.
-
-        Some Kafka-protocol brokers report a high watermark short by a batch; reading
-        forward from it until the end finds the true one.
-        """
+        """(low, high) offsets as Kafka reports them now (not cached)."""
         from confluent_kafka import TopicPartition
 
-        low, high = self.kafka.get_watermark_offsets(
-            TopicPartition(topic, partition), timeout=self.timeout, cached=False
-        )
-        while self.read(topic, partition, high) is not None:
-            high += 1
+        try:
+            low, high = self.kafka.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=self.timeout, cached=False
+            )
+        except Exception as e:
+            raise NotificationError(
+                f"reading the offsets of notification partition {topic}[{partition}]: {e}"
+            ) from e
         return int(low), int(high)
 
     def offsets_for_time(self, topic: str, partition: int, ts: int, timeout: float) -> int | None:
+        """Kafka's first offset of the partition published at or after ``ts`` (the
+        notifications' Kafka timestamps); ``OFFSET_END`` (-1) when none is; None when
+        Kafka did not answer."""
         from confluent_kafka import TopicPartition
 
         try:
@@ -411,9 +440,12 @@ class NotificationProbe:
                 [TopicPartition(topic, partition, ts)], timeout=timeout
             )
         except Exception as e:
-            log.info("offsets_for_times not answered (%s): binary search instead", e)
+            log.info("offsets_for_times on %s[%d] not answered: %s", topic, partition, e)
             return None
-        return int(res.offset) if res.offset >= 0 else None
+        if res.error is not None:
+            log.info("offsets_for_times on %s[%d] failed: %s", topic, partition, res.error)
+            return None
+        return int(res.offset) if res.offset >= 0 else OFFSET_END
 
     def close(self) -> None:
         self.kafka.close()

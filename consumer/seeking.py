@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from typing import Protocol
 
 from memq.consumer.fetcher import Start
+from memq.consumer.notifications import OFFSET_END
 from memq.errors import MemqError
 from memq.formats.notification import Notification
 
@@ -51,9 +52,10 @@ class Probe(Protocol):
 
     def watermarks(self, topic: str, partition: int) -> tuple[int, int]: ...
 
-    def offsets_for_time(
-        self, topic: str, partition: int, ts: int, timeout: float
-    ) -> int | None: ...
+    def offsets_for_time(self, topic: str, partition: int, ts: int, timeout: float) -> int | None:
+        """Kafka's ``offsets_for_times``: the first offset whose Kafka timestamp is at or
+        after ``ts``; ``OFFSET_END`` (-1) when none is; None when Kafka did not answer."""
+        ...
 
     def close(self) -> None: ...
 
@@ -189,22 +191,112 @@ class Seeker:
         return first_offset_at(self.probe, tp[0], tp[1], ts)
 
 
-def first_offset_at(probe: Probe, topic: str, partition: int, ts: int) -> int:
-    """The first offset of the partition whose object reaches ``ts`` (max timestamp >= ts);
-    the end offset when none does.
+#: Notifications read forward from Kafka's answer, at most, for the first object that
+#: reaches the time; past them the rest of the partition is bisected (a backfill: records
+#: stamped long before their objects were stored).
+STEP_WINDOW = 1000
+#: How far (ms) a record's timestamp may run ahead of its object's notification (a
+#: producer's clock ahead of the brokers') and still be found from Kafka's answer.
+CLOCK_SKEW_MS = 60_000
+#: Notifications read back from an answer, per step, for an earlier object that reaches
+#: the time (timestamps need not grow with offsets); the steps go on while they find one.
+DISORDER_WINDOW = 1000
 
-    Takes Kafka's ``offsets_for_times`` answer when it checks out (the object before it
-    ends before ts); otherwise (some Kafka-protocol brokers always answer 0) binary-searches
-    notification offsets by the max record timestamps notifications carry.
+
+def first_offset_at(
+    probe: Probe,
+    topic: str,
+    partition: int,
+    ts: int,
+    *,
+    skew_ms: int = CLOCK_SKEW_MS,
+    steps: int = STEP_WINDOW,
+    window: int = DISORDER_WINDOW,
+) -> int:
+    """The first offset of the partition whose object reaches ``ts`` (its max record
+    timestamp >= ts); the end offset when none does.
+
+    Kafka indexes notifications by their Kafka timestamp, the time the broker published
+    them (after the upload), while a seek is by record timestamps (set by producers).
+    Kafka's answer K (``offsets_for_times``: the first notification published at or after
+    ts) is where the search starts, and two kinds of objects are looked for around it:
+
+    - at and after K, objects published after ts that hold only older records (in
+      flight at ts; records stamped long before they were stored): the notifications
+      from K on are read, in bulk, up to the first object reaching ts; past ``steps`` of
+      them, the rest of the partition is bisected by max timestamp;
+    - before K, objects published before ts that reach it (a producer's clock ahead of
+      the broker's): the notifications published from ``ts - skew_ms`` to K (Kafka's
+      answer for that time) are read, at most ``window`` of them, and on back while
+      one is found.
+
+    The answer is exact when no record is stamped more than ``skew_ms`` after its
+    object was published, at most ``steps`` objects published at or after ts end before
+    it, and at most ``window`` notifications were published in the ``skew_ms`` before
+    ts. Otherwise it may be later, never earlier: it is the end or an object reaching ts.
+
+    A Kafka that does not answer, or answers outside the partition's offsets, gets the
+    fallback: a bisection of the whole partition by max timestamp, then the same look
+    back (``window`` at a time) from its answer.
     """
-    low, high = probe.watermarks(topic, partition)
-    hint = probe.offsets_for_time(topic, partition, ts, timeout=10)
-    if (
-        hint is not None
-        and low <= hint <= high
-        and _starts_at(probe, topic, partition, hint, ts, low)
-    ):
-        return hint
+    answer = probe.offsets_for_time(topic, partition, ts, timeout=10)
+    low, high = probe.watermarks(topic, partition)  # read after it: the answer lies within
+    hint = _checked(answer, topic, partition, ts, low, high)
+    if hint is None:
+        return _bisect(probe, topic, partition, ts, low, high, window)
+    at = _step_forward(probe, topic, partition, ts, hint, high, steps, window)
+    if hint == low:
+        return at
+    back = max(0, ts - skew_ms)
+    since = _checked(
+        probe.offsets_for_time(topic, partition, back, timeout=10), topic, partition, back,
+        low, hint,
+    )  # fmt: skip
+    earlier = _earlier_reaching(
+        probe, topic, partition, ts, low if since is None else since, hint, window
+    )
+    return earlier if earlier < hint else at
+
+
+def _checked(
+    answer: int | None, topic: str, partition: int, ts: int, low: int, high: int
+) -> int | None:
+    """Kafka's ``answer`` for ``ts`` as an offset (``high`` when none is that recent); None
+    when Kafka did not answer or answered outside ``low .. high``."""
+    if answer == OFFSET_END:
+        return high
+    if answer is None or not low <= answer <= high:
+        log.info(
+            "offsets_for_times(%s[%d], %d) answered %s, outside %d..%d: searching the "
+            "notifications instead", topic, partition, ts, answer, low, high,
+        )  # fmt: skip
+        return None
+    return answer
+
+
+def _step_forward(
+    probe: Probe, topic: str, partition: int, ts: int, start: int, high: int, steps: int,
+    window: int,
+) -> int:  # fmt: skip
+    """The first offset from ``start`` whose object reaches ``ts``: ``steps`` notifications
+    read in bulk, then the rest bisected."""
+    stop = min(high, start + steps)
+    found = next(
+        (off for off, n in probe.scan(topic, partition, start, stop) if n.max_timestamp >= ts),
+        None,
+    )
+    if found is not None:
+        return found
+    if stop >= high:
+        return high
+    return _bisect(probe, topic, partition, ts, stop, high, window)
+
+
+def _bisect(
+    probe: Probe, topic: str, partition: int, ts: int, low: int, high: int, window: int
+) -> int:
+    """Bisect ``low .. high`` by max timestamp (as if they grew with offsets), then look
+    back from the answer for earlier objects reaching ``ts``."""
     lo, hi = low, high
     while lo < hi:
         mid = (lo + hi) // 2
@@ -213,22 +305,16 @@ def first_offset_at(probe: Probe, topic: str, partition: int, ts: int) -> int:
             lo = mid + 1
         else:
             hi = mid
-    return _earlier_reaching(probe, topic, partition, ts, low, lo)
+    return _earlier_reaching(probe, topic, partition, ts, low, lo, window)
 
 
-#: Notifications read back from a binary search's answer looking for an earlier object
-#: that reaches the time (timestamps need not grow with offsets: a client's own record
-#: timestamps, a backfill), per step; the steps go on while they find one.
-DISORDER_WINDOW = 1000
-
-
-def _earlier_reaching(probe: Probe, topic: str, partition: int, ts: int, low: int, at: int) -> int:
-    """The first offset before ``at`` (found by bisection) whose object also reaches
-    ``ts``, looking back :data:`DISORDER_WINDOW` notifications at a time; ``at`` if none.
-    Timestamps out of order within that distance are found, as Kafka's time index finds
-    them; ``offsets_for_times``, where Kafka answers it, covers the whole partition."""
+def _earlier_reaching(
+    probe: Probe, topic: str, partition: int, ts: int, low: int, at: int, window: int
+) -> int:
+    """The first offset from ``low`` to ``at`` whose object reaches ``ts``, looking back
+    ``window`` notifications at a time and on while a step finds one; ``at`` if none."""
     while at > low:
-        start = max(low, at - DISORDER_WINDOW)
+        start = max(low, at - window)
         found = next(
             (off for off, n in probe.scan(topic, partition, start, at) if n.max_timestamp >= ts),
             None,
@@ -237,14 +323,3 @@ def _earlier_reaching(probe: Probe, topic: str, partition: int, ts: int, low: in
             return at
         at = found
     return at
-
-
-def _starts_at(probe: Probe, topic: str, partition: int, offset: int, ts: int, low: int) -> bool:
-    """Whether ``offset`` is where ts begins: the object before it ends before ts."""
-    at = probe.read(topic, partition, offset)
-    if at is not None and at.max_timestamp < ts:
-        return False
-    if offset == low:
-        return True
-    before = probe.read(topic, partition, offset - 1)
-    return before is not None and before.max_timestamp < ts

@@ -99,8 +99,28 @@ class Topics:
         except KeyError:
             raise UnknownTopicError(f"topic {name!r} is not subscribed or assigned") from None
 
+    def refresh(self, name: str) -> int:
+        """Ask the brokers for a resolved topic's metadata again (its partitions may have
+        grown); returns its partition count."""
+        cfg = self._config
+        meta = self._connector().metadata(
+            self._bootstrap, [name], timeout=cfg.metadata_timeout_ms / 1000,
+            security=cfg.security(),
+        )  # fmt: skip
+        topic = self.by_note[self.note_topic(name)]
+        t = meta.topics.get(name)
+        if (
+            t is not None
+            and t.error is None
+            and t.notification["topic"] == topic.meta.notification["topic"]
+        ):
+            topic.meta = t
+        return topic.partitions
+
     def check_partition(self, name: str, partition: int) -> None:
         count = self.by_note[self.note_topic(name)].partitions
+        if count and partition >= count:  # grown since it was resolved?
+            count = self.refresh(name)
         if count and not 0 <= partition < count:
             raise MemqError(
                 f"topic {name!r} has partitions 0-{count - 1}: there is no partition {partition}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -136,6 +137,8 @@ class KafkaNotificationSink:
         self._conf = conf
         self._lock = threading.Lock()
         self._admins: dict[tuple[str, tuple[tuple[str, Any], ...]], Any] = {}
+        #: Partition counts of the notification topics this sink was asked to publish to.
+        self._known: dict[str, int] = {}
         self._fatal: str | None = None
         self.producer_resets = 0
         self._producer = self._new_producer()
@@ -171,6 +174,45 @@ class KafkaNotificationSink:
             configs=None if retention_ms is None else {"retention.ms": str(retention_ms)},
             admin=self._admin_for(cfg.bootstrap_servers, security),
         )
+
+    def learn_partitions(self, topic: str, partitions: int, timeout: float = 10.0) -> int | None:
+        """Make the producer publish to all ``partitions`` partitions of ``topic`` from now
+        on; returns the count it knows (None: not asked, it asks on its first publish).
+
+        librdkafka refreshes a topic's partition count only every
+        ``topic.metadata.refresh.interval.ms`` (5 minutes): after ``notification.partitions``
+        grew, notifications would go to the old partitions only until then. A topic this
+        sink has not published to needs nothing (its first publish asks Kafka); one it
+        knows with fewer partitions is asked for again, until Kafka reports them all
+        (a Kafka cluster's brokers learn new partitions within moments) or ``timeout``.
+        """
+        with self._lock:
+            known = self._known.get(topic)
+            self._known[topic] = max(known or 0, partitions)
+        if known is None or known >= partitions:
+            return None
+        deadline = time.monotonic() + timeout
+        have, why = 0, ""
+        while True:
+            try:
+                meta = self._current().list_topics(topic, timeout=max(0.1, min(5.0, timeout)))
+                t = meta.topics.get(topic)
+                have = len(t.partitions) if t is not None and t.error is None else 0
+                why = "" if t is None or t.error is None else str(t.error)
+            except Exception as e:  # Kafka unreachable: the periodic refresh will do it
+                why = str(e)
+            if have >= partitions or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        if have < partitions:
+            log.warning(
+                "notification topic %s: Kafka reports %d partitions, %d configured (%s): "
+                "notifications go to the partitions Kafka reports until its metadata has "
+                "them (topic.metadata.refresh.interval.ms)", topic, have, partitions, why,
+            )  # fmt: skip
+        else:
+            log.info("notification topic %s: publishing to its %d partitions", topic, have)
+        return have
 
     def _admin_for(self, bootstrap: str, security: dict[str, Any]) -> Any:
         """One AdminClient per Kafka and security settings, kept for the sink's life."""

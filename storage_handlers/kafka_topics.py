@@ -115,8 +115,8 @@ def _retention(admin: Any, topic: str, timeout: float) -> tuple[int | None, str 
     entry = configs.get("retention.ms")
     if entry is None or entry.value is None:
         return None, (
-            "Kafka's describe-configs answer has no retention.ms (this Kafka-protocol broker "
-            "reports only values set on the topic; its default applies)"
+            "Kafka's describe-configs answer has no retention.ms (a Kafka-protocol broker "
+            "that reports only values set on the topic: its default applies)"
         )
     try:
         return int(entry.value), None

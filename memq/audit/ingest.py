@@ -9,8 +9,8 @@ counted and kept in :attr:`Ingester.error` (``/healthz`` shows it), then retried
 
 Stored offsets only describe the topic they were read from. With every partition refresh
 the ingest compares the audit topic's Kafka topic id with the one stored next to the
-offsets: a different id (a new Kafka, such as the dev stack's in-memory one after `memq
-dev down` / `up`, or a topic deleted and created again) drops the offsets and re-reads the
+offsets: a different id (a new Kafka, such as the dev stack's, formatted anew by every
+`memq dev up`, or a topic deleted and created again) drops the offsets and re-reads the
 topic from the beginning, as a Kafka consumer does on out-of-range offsets, and logs it
 (:func:`resync_reason` decides). A Kafka without topic ids falls back to the watermarks
 (a stored offset beyond a partition's end). Offsets that go backwards while reading (Kafka

@@ -252,6 +252,14 @@ class BrokerServer:
                     cfg.retention.notification_ms,
                 ),
             )
+        learn = getattr(sink, "learn_partitions", None)
+        if learn is not None:  # notification.partitions may have grown since the last start
+            await loop.run_in_executor(
+                self.executor,
+                learn,
+                cfg.notification_topic(self.config.cluster),
+                live.notification.partitions,
+            )
         if cfg.name in self.processors:  # started meanwhile (while we awaited above)
             return self.processors[cfg.name]
         writer = self._writer_for(live)

@@ -487,10 +487,7 @@ def peek(
     try:
         for p in range(int(tm.notification["partitions"])):
             low, high = probe.watermarks(nt, p)
-            for off in range(max(low, high - last), high):
-                n = probe.read(nt, p, off)
-                if n is None:
-                    continue
+            for off, n in probe.scan(nt, p, max(low, high - last), high):
                 t.add_row(
                     str(p),
                     str(off),

@@ -58,16 +58,17 @@ def _console() -> Console:
 def list_groups(
     bootstrap: str | None = BOOTSTRAP, state_dir: Path | None = STATE_DIR, as_json: bool = JSON
 ) -> None:
-    """Groups with committed offsets on MemQ topics, their state and topics."""
+    """Groups with committed offsets on MemQ topics or members reading them: their state,
+    members and topics."""
     groups = _admin(bootstrap, state_dir).list_groups()
     if as_json:
         typer.echo(json.dumps(groups, indent=2))
         return
     t = Table(title="consumer groups")
-    for col in ("group", "state", "topics"):
+    for col in ("group", "state", "members", "topics"):
         t.add_column(col)
     for g in groups:
-        t.add_row(g["group"], g["state"], ", ".join(g["topics"]))
+        t.add_row(g["group"], g["state"], str(g["members"]), ", ".join(g["topics"]))
     _console().print(t)
 
 

@@ -63,12 +63,17 @@ def find_kafka_libs() -> Path:
     )
 
 
-def kafka_java(main: str, *args: str, jvm: tuple[str, ...] = ("-Xmx256m",)) -> list[str]:
-    """The command line that runs one of Kafka's Java entry points (a tool or the server)."""
+def kafka_java(
+    main: str, *args: str, jvm: tuple[str, ...] = ("-Xmx256m",), server: bool = False
+) -> list[str]:
+    """The command line that runs one of Kafka's Java entry points: a tool (its logging at
+    WARN on stderr, as Kafka's scripts set it, so stdout is its output alone), or with
+    ``server`` the broker (INFO, on stdout: the stack's log file)."""
+    logging = "log4j2.properties" if server else "tools-log4j2.properties"
     return [
         find_java(17),
         *jvm,
-        f"-Dlog4j2.configurationFile={JVM_DIR / 'log4j2.properties'}",
+        f"-Dlog4j2.configurationFile={JVM_DIR / logging}",
         "-cp",
         f"{find_kafka_libs()}/*",
         main,
@@ -125,7 +130,10 @@ class KafkaService(Service):
 
     def argv(self, state_dir: Path, port: int) -> list[str]:
         return kafka_java(
-            "kafka.Kafka", str(self._dir(state_dir) / "server.properties"), jvm=KAFKA_JVM_OPTS
+            "kafka.Kafka",
+            str(self._dir(state_dir) / "server.properties"),
+            jvm=KAFKA_JVM_OPTS,
+            server=True,
         )
 
     def ready(self, endpoint: str, log: Path, log_offset: int) -> bool:

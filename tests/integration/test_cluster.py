@@ -470,13 +470,12 @@ def test_a_topic_no_broker_has_memory_for_is_reported_then_placed_on_a_bigger_br
                 b.stop()
 
 
-def test_growing_read_partitions_takes_effect_or_fails_loudly(
+def test_growing_read_partitions_is_applied_by_kafka_then_stored(
     three: list[BrokerThread], unique_name: Any, memq_stack: StackState
 ) -> None:
-    """notification.partitions: applied by Kafka's create_partitions and then stored, or
-    refused with Kafka's reason and nothing stored (the local Kafka-protocol broker cannot
-    create partitions); shrinking is refused up front."""
-    from memq.errors import InvalidRequestError, MemqError
+    """notification.partitions: Kafka's create_partitions applies it, then it is stored;
+    shrinking is refused up front and changes nothing."""
+    from memq.errors import InvalidRequestError
     from memq.storage_handlers.kafka_topics import describe_topic
 
     admin = AdminClient([b.address for b in three])
@@ -485,15 +484,97 @@ def test_growing_read_partitions_takes_effect_or_fails_loudly(
     nt = f"memq.test.{topic}.notifications"
     with pytest.raises(InvalidRequestError, match="can only grow"):
         admin.update_topic(topic, {"notification.partitions": 1})
-    try:
-        admin.update_topic(topic, {"notification.partitions": 4})
-    except MemqError as e:  # this Kafka cannot grow partitions: a clear, typed refusal
-        assert "did not grow" in str(e) and "2 to 4" in str(e)
-        assert describe_topic(memq_stack.kafka_bootstrap, nt).partitions == 2
-        assert admin.describe_topic(topic)["notification"]["partitions"] == 2  # not stored
-    else:  # a Kafka that can: applied there and stored
-        assert describe_topic(memq_stack.kafka_bootstrap, nt).partitions == 4
-        assert admin.describe_topic(topic)["notification"]["partitions"] == 4
+    assert describe_topic(memq_stack.kafka_bootstrap, nt).partitions == 2
+    assert (
+        admin.update_topic(topic, {"notification.partitions": 4})["notification"]["partitions"] == 4
+    )
+    assert describe_topic(memq_stack.kafka_bootstrap, nt).partitions == 4
+    assert admin.describe_topic(topic)["notification"]["partitions"] == 4
+
+
+def test_grown_read_partitions_get_notifications_and_a_running_group_reads_them(
+    three: list[BrokerThread], unique_name: Any, memq_stack: StackState
+) -> None:
+    """A topic on 2 read partitions with a consumer group reading it; notification.partitions
+    grows to 4: the brokers publish to all 4 at once, the running member is assigned the
+    new ones within the consumer's metadata refresh (10 s) and hands out every record,
+    exactly once, from old and new partitions alike."""
+    from confluent_kafka import Consumer as KafkaConsumer
+    from confluent_kafka import TopicPartition
+
+    from memq import Consumer
+
+    admin = AdminClient([b.address for b in three])
+    topic = unique_name("grow")
+    admin.create_topic(topic, {"notification.partitions": 2, "min_writers": 2, "batch.ms": 50})
+    until("two writers", lambda: len(writing(three, topic)) == 2)
+    nt = f"memq.test.{topic}.notifications"
+    kafka = KafkaConsumer({"bootstrap.servers": memq_stack.kafka_bootstrap, "group.id": "x"})
+
+    def ends() -> dict[int, int]:
+        n = len(kafka.list_topics(nt, timeout=10).topics[nt].partitions)
+        return {p: kafka.get_watermark_offsets(TopicPartition(nt, p), timeout=10, cached=False)[1]
+                for p in range(n)}  # fmt: skip
+
+    c = Consumer({"bootstrap.servers": three[0].address, "group.id": unique_name("g"),
+                  "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
+                  "heartbeat.interval.ms": 1000})  # fmt: skip
+    c.subscribe(topic)
+    got: list[Any] = []
+    sent: list[bytes] = []
+
+    def send(n: int) -> None:
+        with Producer({"bootstrap.servers": three[0].address, "linger.ms": 5}) as p:
+            for i in range(n):
+                sent.append(b"%d-%s" % (len(sent), uuid.uuid4().hex[:8].encode()))
+                p.produce(topic, sent[-1])
+                if i % 50 == 49:
+                    assert p.flush(30) == 0  # several objects per call
+            assert p.flush(30) == 0
+
+    send(300)
+    until("the first records", lambda: got.extend(c.consume(500, 0.5)) or len(got) >= 300, 60)
+    t0 = time.monotonic()
+    admin.update_topic(topic, {"notification.partitions": 4})
+    stored = time.monotonic() - t0
+
+    def restarted_with_4() -> bool:
+        procs = [b.server.processors.get(topic) for b in three if b.server is not None]
+        live = [p for p in procs if p is not None]
+        return len(live) == 2 and all(p.config.notification.partitions == 4 for p in live)
+
+    until("the writers restarted with 4 partitions", restarted_with_4)
+    restarted = time.monotonic() - t0
+    before = ends()
+    rounds = 0
+    while not all(ends().get(p, 0) > 0 for p in (2, 3)):  # published to the new ones
+        assert rounds < 40, ends()
+        send(100)
+        got.extend(c.consume(500, 0.1))
+        rounds += 1
+    published = time.monotonic() - t0
+    assert before.get(2, 0) == before.get(3, 0) == 0
+
+    seen: dict[str, float] = {}
+
+    def read_all() -> bool:
+        got.extend(c.consume(1000, 0.5))
+        if "assigned" not in seen and len(c.assignment()) == 4:
+            seen["assigned"] = time.monotonic() - t0
+        return len(got) >= len(sent)
+
+    until("every record, from all 4 partitions", read_all, 60)
+    done = time.monotonic() - t0
+    got.extend(c.consume(1000, 2.0))  # nothing more may come
+    assigned = sorted(p for _, p in c.assignment())
+    c.close()
+    kafka.close()
+    assert Counter(m.value for m in got) == Counter(sent)
+    assert assigned == [0, 1, 2, 3]
+    assert {m.partition for m in got} == {0, 1, 2, 3}
+    print(f"grown: stored {stored:.2f} s, writers restarted {restarted:.2f} s, notifications "
+          f"on partitions 2 and 3 {published:.2f} s ({rounds} rounds), all 4 assigned "
+          f"{seen.get('assigned', -1):.2f} s, all read {done:.2f} s")  # fmt: skip
 
 
 def test_kafka_client_secrets_never_reach_zookeeper_or_admin_answers(

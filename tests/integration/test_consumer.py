@@ -204,6 +204,58 @@ def test_seek_to_time_lands_on_the_first_record_at_or_after_ts(
     assert min(m.timestamp for m in got) == base + 7_778 * 10
 
 
+def test_seek_to_time_from_kafkas_answer_hands_out_exactly_the_records_from_then(
+    broker: BrokerThread, topic: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Records stamped as they are produced, in rounds published at different times:
+    seeks to several times (before everything, between rounds, between two records of
+    one object, after everything) each hand out exactly the records stamped at or after
+    it, found from Kafka's offsets_for_times (no notification read one by one)."""
+    from memq.consumer.groups import GroupAdmin
+
+    rounds: list[list[tuple[bytes, int]]] = []
+    for r in range(5):
+        start = int(time.time() * 1000)
+        values = [b"r%d-%04d" % (r, i) for i in range(400)]
+        stamps = [start + i // 100 for i in range(400)]  # 4 records per ms: ties too
+        produce(broker.address, topic, values, stamps)
+        rounds.append(list(zip(values, stamps, strict=True)))  # acks=all: published now
+    every = [rec for rnd in rounds for rec in rnd]
+    nt = broker.config.topics[0].notification_topic(broker.config.cluster)
+    c = consumer(broker.address, topic, "time-kafka", **{"enable.auto.commit": False})
+    assert Counter(m.value for m in drain(c, len(every))) == Counter(v for v, _ in every)
+    reads: list[int] = []
+    probe = c._probe
+    assert probe is not None
+    single = probe.read
+    monkeypatch.setattr(probe, "read", lambda *a: reads.append(a[2]) or single(*a))
+    inside = rounds[2][250][1]  # between records of one object (ties at that ms: all of them)
+    cuts = [every[0][1] - 60_000, rounds[3][0][1], inside, every[-1][1] + 1]
+    for cut in cuts:
+        c.seek_to_time(cut)
+        want = Counter(v for v, ts in every if ts >= cut)
+        got = drain(c, sum(want.values())) if want else []
+        got += c.consume(1000, 2.0)  # nothing more may come
+        assert Counter(m.value for m in got) == want, cut
+        assert min((m.timestamp for m in got), default=None) == min(
+            (ts for _, ts in every if ts >= cut), default=None
+        )
+    assert reads == []
+    # offsets_for_times and `memq group reset-offsets --to-datetime` give the same
+    # offsets: per partition, the first notification whose object reaches the time.
+    notes = {p: list(probe.scan(nt, p, *probe.watermarks(nt, p))) for p in range(4)}
+    for cut in cuts:
+        first = {p: next((o for o, n in ns if n.max_timestamp >= cut), probe.watermarks(nt, p)[1])
+                 for p, ns in notes.items()}  # fmt: skip
+        asked = c.offsets_for_times([(topic, p, cut) for p in range(4)])
+        assert asked == {(topic, p): o for p, o in first.items()}, cut
+        plan = GroupAdmin(broker.address).reset_offsets("time-kafka", topic, to="datetime",
+                                                        value=cut)  # fmt: skip
+        assert {p: new for p, (_, new) in plan.moves.items()} == first, cut
+    assert reads == []
+    c.close()
+
+
 def test_seek_to_time_finds_an_object_whose_timestamps_run_back(
     broker: BrokerThread, memq_stack: StackState, topic: str
 ) -> None:
@@ -239,6 +291,55 @@ def test_seek_to_time_finds_an_object_whose_timestamps_run_back(
             assert [n for _, n in scanned] == [probe.read(ntopic, p, o) for o in range(low, high)]
     finally:
         probe.close()
+
+
+def test_ends_lag_and_seek_to_end_are_kafkas_high_watermarks(
+    broker: BrokerThread, memq_stack: StackState, topic: str
+) -> None:
+    """get_watermark_offsets, lag(), seek_to_end() and `memq group` take the end of a
+    partition from Kafka's high watermark (asked each time, nothing read past it)."""
+    from confluent_kafka import Consumer as KafkaConsumer
+    from confluent_kafka import TopicPartition
+
+    from memq.consumer.groups import GroupAdmin
+
+    nt = broker.config.topics[0].notification_topic(broker.config.cluster)
+    kafka = KafkaConsumer({"bootstrap.servers": memq_stack.kafka_bootstrap, "group.id": "wm"})
+
+    def kafka_ends() -> dict[int, tuple[int, int]]:
+        return {p: kafka.get_watermark_offsets(TopicPartition(nt, p), timeout=10, cached=False)
+                for p in range(4)}  # fmt: skip
+
+    first, second, third = ([b"%s-%05d" % (n, i) for i in range(3000)]
+                            for n in (b"first", b"second", b"third"))  # fmt: skip
+    produce(broker.address, topic, first)
+    c = consumer(broker.address, topic, "ends", **{"enable.auto.commit": False})
+    assert {p: c.get_watermark_offsets(topic, p) for p in range(4)} == kafka_ends()
+    assert Counter(m.value for m in drain(c, len(first))) == Counter(first)
+    assert c.lag().partitions == {(topic, p): 0 for p in range(4)}
+    before = kafka_ends()
+    produce(broker.address, topic, second)  # not read: behind by its notifications
+    after = kafka_ends()
+    assert sum(after[p][1] - before[p][1] for p in range(4)) > 0
+    assert c.lag().partitions == {(topic, p): after[p][1] - before[p][1] for p in range(4)}
+    c.seek_to_end()
+    assert c.lag().notifications == 0
+    produce(broker.address, topic, third)
+    assert Counter(m.value for m in drain(c, len(third))) == Counter(third)
+    assert c.consume(100, 2.0) == []  # the second lot was skipped
+    c.commit()
+    c.close()
+    final = kafka_ends()
+    kafka.close()
+    admin = GroupAdmin(broker.address)
+    d = admin.describe("ends", topic)
+    assert [(p["partition"], p["committed"], p["end"], p["lag_objects"])
+            for p in d["topics"][topic]] == [
+        (p, final[p][1], final[p][1], 0) for p in range(4)]  # fmt: skip
+    plan = admin.reset_offsets("ends", topic, to="earliest")
+    assert plan.moves == {p: (final[p][1], final[p][0]) for p in range(4)}
+    plan = admin.reset_offsets("ends", topic, to="latest")
+    assert plan.moves == {p: (final[p][1], final[p][1]) for p in range(4)}
 
 
 def test_seek_to_message_id_rereads_from_that_record(broker: BrokerThread, topic: str) -> None:

@@ -16,6 +16,7 @@ import sys
 import time
 import urllib.request
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from memq import Consumer
 from memq.broker.kafka_connection import INLINE_TRANSCODE_BYTES
 from memq.devstack import StackState
+from memq.formats.notification import decode_notification
 from memq.run.broker import BrokerThread
 from memq.security import make_token
 from memq.testing import broker_config
@@ -647,9 +649,18 @@ def test_the_docs_confluent_kafka_example_runs_as_written(
     )
 
 
+def kcat() -> str:
+    """Debian's kcat: `make install` installs it (as root); without it these tests fail."""
+    path = shutil.which("kcat")
+    if path is None:
+        pytest.fail("kcat is not installed: apt-get install -y kcat (make install does as root)")
+    out = subprocess.run([path, "-V"], capture_output=True, text=True, timeout=30, check=False)
+    assert out.returncode == 0 and "kcat" in out.stdout, out.stdout + out.stderr
+    return path
+
+
 def test_the_docs_kcat_example_runs_as_written(memq_stack: StackState, s3_bucket: str) -> None:
-    if shutil.which("kcat") is None:
-        pytest.skip("kcat is not installed (apt-get install -y kcat; make install does as root)")
+    kcat()
     with kafka_broker(memq_stack, s3_bucket, ["events"]) as b:
         out = subprocess.run(
             ["bash", "-euo", "pipefail", "-c", doc_block("bash")], capture_output=True,
@@ -728,13 +739,15 @@ def test_kafkajs_producer_50k_records_with_timestamps_read_back_exactly(
     assert sorted(spark_read_back(spark_session, memq_stack, s3_bucket, broker, topic)) == want
 
 
-def test_kcat_produces_keyed_records_with_headers(broker: BrokerThread, topic: str) -> None:
-    """Debian's kcat (librdkafka), as log shippers and shell users run it."""
-    if shutil.which("kcat") is None:
-        pytest.skip("kcat is not installed (apt-get install -y kcat; make install does as root)")
+def test_kcat_produces_keyed_records_with_headers_and_reads_the_notifications(
+    broker: BrokerThread, topic: str, memq_stack: StackState
+) -> None:
+    """Debian's kcat (librdkafka), as log shippers and shell users run it: it produces to
+    the Kafka port, and reads the notification topic on Kafka, one JSON notification per
+    object the consumer read."""
     lines = "".join(f"key-{i}:line {i}\n" for i in range(100))
     out = subprocess.run(
-        ["kcat", "-P", "-b", kafka_address(broker), "-t", topic, "-K", ":", "-H", "source=kcat",
+        [kcat(), "-P", "-b", kafka_address(broker), "-t", topic, "-K", ":", "-H", "source=kcat",
          "-X", "acks=all", "-X", "enable.idempotence=true"],
         input=lines, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
@@ -742,6 +755,42 @@ def test_kcat_produces_keyed_records_with_headers(broker: BrokerThread, topic: s
     got = read_back(broker.address, topic, 100)
     assert sorted((m.key, m.value, m.headers) for m in got) == sorted(
         (b"key-%d" % i, b"line %d" % i, (("source", b"kcat"),)) for i in range(100)
+    )
+    nt = broker.config.topics[0].notification_topic(broker.config.cluster)
+    out = subprocess.run(
+        [kcat(), "-C", "-b", memq_stack.kafka_bootstrap, "-t", nt, "-e", "-q", "-f", "%s\n"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    notes = [decode_notification(line) for line in out.stdout.splitlines()]
+    assert sorted(n.key for n in notes) == sorted({m.object_key for m in got})
+    assert sum(n.record_count for n in notes) == 100
+
+
+def test_kafkas_console_producer_keyed_lines_read_back_exactly(
+    broker: BrokerThread, topic: str
+) -> None:
+    """Apache Kafka's own Java producer (kafka-console-producer, from the local stack's
+    Kafka jars): idempotent, acks=all, keyed lines to the Kafka port, read back exactly.
+    Its request timeout (1.5 s by default in the console producer) is raised: an acks=all
+    answer waits for batch.ms, the S3 PUT and the notification, more than that on a
+    loaded machine (its retries are answered as duplicates, but only 3 are allowed)."""
+    from memq.devstack.kafka import kafka_java
+
+    lines = "".join(f"user-{i % 7}:event {i} \u00e9\n" for i in range(300))
+    argv = kafka_java(
+        "org.apache.kafka.tools.ConsoleProducer", "--bootstrap-server", kafka_address(broker),
+        "--topic", topic, "--property", "parse.key=true", "--property", "key.separator=:",
+        "--producer-property", "acks=all", "--producer-property", "enable.idempotence=true",
+        "--producer-property", "request.timeout.ms=30000",
+    )  # fmt: skip
+    out = subprocess.run(argv, input=lines, capture_output=True, text=True, timeout=180,
+                         check=False, encoding="utf-8")  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert " ERROR " not in out.stderr, out.stderr[-3000:]
+    got = read_back(broker.address, topic, 300)
+    assert Counter((m.key, m.value, m.headers) for m in got) == Counter(
+        (b"user-%d" % (i % 7), f"event {i} \u00e9".encode(), None) for i in range(300)
     )
 
 

@@ -288,6 +288,41 @@ def test_topic_update_of_retention_reaches_kafka_or_fails_saying_why(
     admin.delete_topic(other)
 
 
+def test_an_operators_notification_topic_shows_kafkas_default_retention_until_raised(
+    memq_stack: StackState, broker: BrokerThread, unique_name: Any
+) -> None:
+    """A notification topic the operator made (notification.create_topic off) with
+    Kafka's default retention: describe-configs reports Kafka's 7 days, which `memq topic
+    describe` shows; raising retention.ms past it alters the topic (read back); a
+    retention within it leaves Kafka's alone."""
+    from confluent_kafka.admin import AdminClient as KafkaAdmin
+    from confluent_kafka.admin import NewTopic
+
+    nt = unique_name("ops-notes")
+    kafka = KafkaAdmin({"bootstrap.servers": memq_stack.kafka_bootstrap})
+    kafka.create_topics([NewTopic(nt, 3, 1)])[nt].result(30)
+    try:
+        admin = AdminClient([broker.address])
+        topic = unique_name("ops")
+        admin.create_topic(topic, {"min_writers": 1, "retention.ms": 2 * DAY_MS,
+                                   "notification.create_topic": False,
+                                   "notification.topic": nt,
+                                   "notification.partitions": 3})  # fmt: skip
+        state = describe_topic(memq_stack.kafka_bootstrap, nt)
+        assert (state.partitions, state.retention_ms, state.retention_note) == (3, 7 * DAY_MS, None)
+        d = json.loads(cli("topic", "describe", topic, "-b", broker.address, "--json").output)
+        assert d["notification_kafka"]["retention_ms"] == 7 * DAY_MS
+        admin.update_topic(topic, {"retention.ms": 5 * DAY_MS})  # + 1 day: within 7 days
+        assert describe_topic(memq_stack.kafka_bootstrap, nt).retention_ms == 7 * DAY_MS
+        admin.update_topic(topic, {"retention.ms": 9 * DAY_MS})
+        assert describe_topic(memq_stack.kafka_bootstrap, nt).retention_ms == 10 * DAY_MS
+        d = json.loads(cli("topic", "describe", topic, "-b", broker.address, "--json").output)
+        assert d["notification_kafka"]["retention_ms"] == 10 * DAY_MS
+        admin.delete_topic(topic)
+    finally:
+        kafka.delete_topics([nt])[nt].result(30)
+
+
 def test_delete_with_purge_leaves_nothing_and_without_says_what_is_left(
     memq_stack: StackState, s3_bucket: str, broker: BrokerThread, unique_name: Any
 ) -> None:

@@ -26,7 +26,7 @@ def test_without_topic_ids_an_offset_beyond_the_end_resyncs() -> None:
 
 
 def test_watermarks_are_not_consulted_when_the_topic_has_an_id() -> None:
-    # A topic id says more than watermarks (a Kafka-protocol broker may report them low).
+    # The same topic id: the offsets were read from this very topic, whatever its ends.
     assert resync_reason("id-a", "id-a", {0: 113}, {0: 40}) is None
 
 

@@ -324,6 +324,25 @@ def test_offsets_for_times_and_watermarks(harnesses: Any) -> None:
         h.consumer.get_watermark_offsets(TOPIC, 7)
 
 
+def test_partitions_grown_since_the_topic_was_resolved_are_asked_for_again(
+    harnesses: Any,
+) -> None:
+    """notification.partitions grew (2 -> 4) after the consumer resolved the topic: the
+    new partitions are known after asking the brokers again, not refused."""
+    h = harnesses(partitions=2, config=NO_GROUP, subscribe=False)
+    assert h.consumer.partitions_for(TOPIC) == [0, 1]
+    for p in (2, 3):
+        h.kafka.logs[tp(p)] = []
+    obj = h.publish(3)
+    assert h.consumer.partitions_for(TOPIC) == [0, 1, 2, 3]
+    assert h.consumer.get_watermark_offsets(TOPIC, 3) == (0, 1)
+    h.consumer.assign([(TOPIC, 3, 0)])
+    drain(h)
+    assert [m.value for m in h.delivered] == values([obj])
+    with pytest.raises(MemqError, match="partitions 0-3"):
+        h.consumer.get_watermark_offsets(TOPIC, 4)
+
+
 def test_a_time_seek_finds_an_object_whose_timestamps_run_back(harnesses: Any) -> None:
     """Record timestamps need not grow with offsets (a client's own, a backfill): the
     bisection alone skipped B, the one object reaching the time, and returned the end."""

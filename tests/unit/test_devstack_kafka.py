@@ -78,3 +78,17 @@ def test_cluster_ids_never_look_like_an_option(monkeypatch) -> None:
     monkeypatch.setattr(kafka.uuid, "uuid4", lambda: uuid_mod.UUID(bytes=next(draws)))
     cid = kafka._cluster_id()
     assert cid == "AAAAAAAAAAAAAAAAAAAAAA" and len(cid) == 22
+
+
+def test_tools_log_warnings_to_stderr_and_the_server_info_to_its_log(monkeypatch) -> None:
+    monkeypatch.setattr(kafka, "find_java", lambda _v: "java")
+    monkeypatch.setattr(kafka, "find_kafka_libs", lambda: Path("/k/libs"))
+    tool = kafka.kafka_java("org.apache.kafka.tools.ConsoleProducer", "--help")
+    server = kafka.kafka_java("kafka.Kafka", "server.properties", server=True)
+    (tool_log,) = [a for a in tool if a.startswith("-Dlog4j2.configurationFile=")]
+    (server_log,) = [a for a in server if a.startswith("-Dlog4j2.configurationFile=")]
+    tools_cfg = Path(tool_log.split("=", 1)[1]).read_text()
+    assert "target = SYSTEM_ERR" in tools_cfg and "rootLogger.level = warn" in tools_cfg
+    assert Path(server_log.split("=", 1)[1]).name == "log4j2.properties"
+    assert tool[-2:] == ["org.apache.kafka.tools.ConsoleProducer", "--help"]
+    assert tool[tool.index("-cp") + 1] == "/k/libs/*"
