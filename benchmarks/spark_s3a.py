@@ -1,7 +1,7 @@
 """Spark's S3A connector for the backfill benchmark's baseline: Spark's own Parquet reader
 over the same S3 as the ``memq`` source.
 
-The jars (hadoop-aws of the Hadoop that pyspark bundles, and its AWS SDK v2 bundle) are
+The jars (hadoop-aws of the Hadoop that pyspark bundles, and the AWS SDK v2 modules it uses) are
 copied by ``make install`` into ``<venv>/spark-jars`` (memq/devstack/jvm/spark-s3a.pom.xml);
 nothing is downloaded here. S3A is configured as its docs say for a third-party store
 (endpoint, path-style access, a region for signing, plain HTTP, the access keys) and for
@@ -60,7 +60,7 @@ def session_conf(endpoint: str, master: str, stream: str = "analytics") -> dict[
     found = jars()
     if master.startswith("local"):
         # Driver = executor here: on the JVM's classpath, instead of spark.jars, which
-        # would copy the 690 MB SDK bundle into every session's work dir.
+        # would copy the jars into every session's work dir.
         cp = os.pathsep.join(str(j) for j in found)
         conf = {"spark.driver.extraClassPath": cp}
     else:
