@@ -171,6 +171,23 @@ def test_d_start_positions_of_a_lost_partition_are_forgotten(harnesses: Any) -> 
     assert [m.value for m in h.delivered[-4:]] == objs[2].values
 
 
+def test_d_close_in_the_middle_of_an_object_leaves_the_commit_at_its_next_record(
+    harnesses: Any,
+) -> None:
+    # close() commits the position inside the object in progress, then closes the Kafka
+    # consumer, which serves the revocation (and its auto-commit): that commit must not
+    # take the group back to the start of the object (read again, whole, by the next
+    # owner: duplicates after a graceful leave).
+    h = harnesses(partitions=1, config={**NO_DEDUP, **AUTO, "prefetch.objects": 1})
+    objs = [h.publish(0, [h.block(records=2), h.block(records=2)]) for _ in range(2)]
+    h.assign(0)
+    h.consume_until(4 + 3)  # object 0, and object 1 up to its last record
+    h.consumer.close()
+    assert h.kafka.commit_log[-1] == (tp(0), 1, "memq:1:1")
+    assert h.committed_records() == set(values(objs)[:7])
+    h.check_commits()
+
+
 # --- e: transient fetch errors are retried; iteration never ends silently ----------------------
 
 
