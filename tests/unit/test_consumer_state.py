@@ -188,6 +188,34 @@ def test_d_close_in_the_middle_of_an_object_leaves_the_commit_at_its_next_record
     h.check_commits()
 
 
+@pytest.mark.parametrize("how", ["revoke", "close"])
+def test_d_a_partition_left_before_anything_was_handed_out_keeps_its_commit_inside_an_object(
+    harnesses: Any, how: str
+) -> None:
+    # Another member handed out object 0 and the first block of object 1 and committed
+    # there. This member is assigned the partition and leaves it (a rebalance, close())
+    # before its fetch of object 1 returns: its commit on the way out must keep that
+    # position, not take the group back to the start of object 1.
+    h = harnesses(partitions=1, config={**NO_DEDUP, **AUTO})
+    objs = [h.publish(0, [h.block(records=2), h.block(records=2)]) for _ in range(3)]
+    h.kafka.committed[tp(0)], h.kafka.metadata[tp(0)] = 1, "memq:1:0"
+    h.others.update(objs[0].values + objs[1].values[:2])
+    gate = h.storage.gates[objs[1].key] = threading.Event()  # a slow GET
+    h.assign(0)
+    assert h.consume(10, 0.05) == []
+    if how == "close":
+        h.consumer.close()
+    else:
+        h.member.revoke([tp(0)])
+        assert h.consume(10, 0.05) == []
+    assert all(c == (tp(0), 1, "memq:1:0") for c in h.kafka.commit_log), h.kafka.commit_log
+    gate.set()
+    if how == "revoke":  # given back: it starts there
+        h.drain()
+        assert [m.value for m in h.delivered] == objs[1].values[2:] + objs[2].values
+        h.check_at_least_once()
+
+
 # --- e: transient fetch errors are retried; iteration never ends silently ----------------------
 
 
