@@ -158,6 +158,27 @@ def test_d_a_partition_assigned_back_resumes_from_the_done_offset(harnesses: Any
     assert [m.value for m in h.delivered] == values(objs)
 
 
+@pytest.mark.parametrize("commits", [AUTO, MANUAL], ids=["auto", "manual"])
+def test_d_a_partition_given_back_after_another_member_committed_further_starts_there(
+    harnesses: Any, commits: dict[str, Any]
+) -> None:
+    # Incremental rebalances (group.protocol=consumer, cooperative-sticky) revoke a
+    # partition in one rebalance and may give it back in a later one, after another
+    # member read on and committed: where this member got to is stale then.
+    h = harnesses(partitions=1, config={**NO_DEDUP, **commits})
+    objs = [h.publish(0) for _ in range(5)]  # 3 records each
+    h.assign(0)
+    h.consume_until(6)  # objects 0 and 1 done
+    h.member.revoke([tp(0)])
+    h.consume(10, 0.05)  # the revocation is served: the partition goes to another member
+    h.kafka.committed[tp(0)] = 4  # ...which hands out objects 2 and 3 and commits
+    h.others.update(values(objs[2:4]))
+    h.assign(0)  # a later rebalance gives it back
+    h.drain()
+    assert [m.value for m in h.delivered] == values([objs[0], objs[1], objs[4]])
+    h.check_at_least_once()
+
+
 def test_d_start_positions_of_a_lost_partition_are_forgotten(harnesses: Any) -> None:
     h = harnesses(partitions=1, config={**NO_DEDUP, **MANUAL, "prefetch.objects": 1})
     objs = [h.publish(0, [h.block(records=2), h.block(records=2)]) for _ in range(3)]
