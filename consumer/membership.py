@@ -73,14 +73,24 @@ def parse_where(topic: str, partition: int, where: Where) -> tuple[int | None, S
 
 def notification_consumer_conf(c: ConsumerConfig, bootstrap: str) -> dict[str, Any]:
     """librdkafka settings of the notification consumer (the user's ``kafka`` win)."""
+    # With the consumer protocol the broker owns the session and heartbeat (librdkafka
+    # refuses a consumer given them).
+    session = (
+        {
+            "session.timeout.ms": c.session_timeout_ms,
+            "heartbeat.interval.ms": c.heartbeat_interval_ms,
+        }
+        if c.group_protocol == "classic"
+        else {}
+    )
     return {
         "bootstrap.servers": bootstrap,
         "group.id": c.group_id or GROUPLESS,
+        "group.protocol": c.group_protocol,
         "auto.offset.reset": c.auto_offset_reset,
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
-        "session.timeout.ms": c.session_timeout_ms,
-        "heartbeat.interval.ms": c.heartbeat_interval_ms,
+        **session,
         # librdkafka waits up to 500 ms per empty fetch; a Kafka-protocol broker that
         # does not answer a waiting fetch as soon as data arrives adds that to
         # end-to-end latency. Ten empty fetches a second per broker cost nothing.

@@ -13,6 +13,8 @@ LOCAL_GROUP_SESSION = (6000, 1000)
 
 def local_group_session(cfg: ConsumerConfig) -> ConsumerConfig:
     """``cfg`` with the local stack's short group session where the user set none."""
+    if cfg.group_protocol != "classic":  # the broker sets them
+        return cfg
     given = cfg.model_fields_set
     session, heartbeat = LOCAL_GROUP_SESSION
     update: dict[str, int] = {}
