@@ -30,7 +30,7 @@ from typing import Any
 from memq import Consumer
 from memq.errors import MemqError
 
-COMMIT_EVERY = 0.3
+COMMIT_EVERY = 1.0
 
 
 def main() -> None:

@@ -60,17 +60,21 @@ class Member:
         assert self.closed(), f"{self.name} did not close its consumer"
         self.ended = "closed"
 
+    def not_committed(self) -> list[bytes]:
+        """The records it handed out after its last commit."""
+        out: list[bytes] = []
+        for e in self.events():
+            if "committed" in e:
+                out = []
+            out += [bytes.fromhex(v) for *_, v in e.get("got", [])]
+        return out
+
     def kill(self) -> None:
         """Die without a goodbye; remember what it held uncommitted."""
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(30)
         self.ended = "killed"
-        self.uncommitted = []
-        for e in self.events():
-            if "committed" in e:
-                self.uncommitted = []
-            for *_, v in e.get("got", []):
-                self.uncommitted.append(bytes.fromhex(v))
+        self.uncommitted = self.not_committed()
 
 
 def spawn(
