@@ -51,8 +51,8 @@ class ConsumerConfig(AuditedClientConfig):
     )
     #: Kafka group session timeout (a dead member is noticed after this long).
     #: group.protocol=classic only (the broker's group.consumer.session.timeout.ms
-    #: otherwise). Against the local dev stack 6000 unless set (its Kafka assigns
-    #: partitions about half of it after a join).
+    #: otherwise). Against the local dev stack 6000 unless set: a consumer killed there
+    #: (or stopped without close()) holds up its group's next join for this long.
     session_timeout_ms: int = Field(default=45_000, ge=1000, alias="session.timeout.ms")
     #: Kafka group heartbeat period (below a third of session.timeout.ms; 1000 against
     #: the local dev stack unless set). group.protocol=classic only.

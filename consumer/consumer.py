@@ -79,7 +79,7 @@ class Consumer:
         else:
             cfg = ConsumerConfig.from_mapping(config, **kwargs)
         cfg, endpoints = resolve_client(cfg, cfg.bootstrap_list())
-        if endpoints.local:  # given bootstrap.servers or not: join its group in seconds
+        if endpoints.local:  # given bootstrap.servers or not: a short session (session.py)
             cfg = local_group_session(cfg)
         self.config = cfg
         self.bootstrap = endpoints.bootstrap
