@@ -41,8 +41,10 @@ __all__ = ["GroupAdmin", "GroupLag", "LagCollector", "PartitionLag", "ResetPlan"
 
 log = logging.getLogger(__name__)
 
-#: Group states in which members are active (offsets must not be changed then).
-_LIVE = {"stable", "preparing_rebalance", "completing_rebalance"}
+#: Group states in which members are active (offsets must not be changed then), as
+#: confluent-kafka names them (a consumer-protocol group's assigning and reconciling
+#: states come as "unknown", with their members).
+_LIVE = {"stable", "preparing_rebalancing", "completing_rebalancing"}
 #: Notifications read at most per partition to count records behind (beyond: estimated).
 MAX_LAG_READS = 1000
 
@@ -201,14 +203,17 @@ class GroupAdmin:
         return {(p.topic, p.partition): p.offset for p in self._offsets(admin, group)
                 if p.offset >= 0}  # fmt: skip
 
-    def _describe(self, admin: Any, group: str) -> tuple[str, list[dict[str, Any]]]:
-        """(state, members). Some Kafka-protocol brokers (the local one) report a live
+    def _describe(self, admin: Any, group: str) -> tuple[str, str, list[dict[str, Any]]]:
+        """(state, group protocol, members). Some Kafka-protocol brokers report a live
         group's state but not its members."""
         try:
             desc = admin.describe_consumer_groups([group])[group].result(self.timeout)
         except Exception as e:
             raise NotificationError(f"describing group {group!r} failed: {e}") from e
         state = str(getattr(desc.state, "name", desc.state)).lower()
+        # classic or consumer (KIP-848); unknown from a broker that does not say
+        kind = getattr(desc, "type", None)
+        protocol = str(getattr(kind, "name", kind or "unknown")).lower()
         out = []
         for m in desc.members or []:
             parts = m.assignment.topic_partitions if m.assignment else []
@@ -222,10 +227,10 @@ class GroupAdmin:
                     ),
                 }
             )
-        return state, out
+        return state, protocol, out
 
     def _check_stopped(self, admin: Any, group: str) -> None:
-        state, members = self._describe(admin, group)
+        state, _, members = self._describe(admin, group)
         if members or state in _LIVE:
             raise InvalidRequestError(
                 f"group {group!r} is {state} with {len(members) or 'some'} active member(s): "
@@ -248,8 +253,11 @@ class GroupAdmin:
             topics = sorted({self._names[t] for t, _ in self._committed(admin, g.group_id)
                              if t in self._names})  # fmt: skip
             if topics:
-                state, _ = self._describe(admin, g.group_id)  # listings may say "unknown"
-                out.append({"group": g.group_id, "state": state, "topics": topics})
+                # (described: listings may say "unknown")
+                state, protocol, _ = self._describe(admin, g.group_id)
+                out.append(
+                    {"group": g.group_id, "state": state, "protocol": protocol, "topics": topics}
+                )
         return out
 
     def describe(self, group: str, topic: str | None = None) -> dict[str, Any]:
@@ -268,7 +276,7 @@ class GroupAdmin:
                 f"group {group!r} has no committed offsets on any MemQ topic: check the name "
                 "(memq group list)"
             )
-        state, members = self._describe(admin, group)
+        state, protocol, members = self._describe(admin, group)
         if topic is not None and not members and state not in _LIVE:
             nt = self._note_topic(topic)
             if not any(t == nt for t, _ in committed):  # a typo would get the whole topic as lag
@@ -281,6 +289,7 @@ class GroupAdmin:
         return {
             "group": group,
             "state": state,
+            "protocol": protocol,
             "members": members,
             "topics": out_topics,
             "lag_objects": sum(p["lag_objects"] for ps in out_topics.values() for p in ps),
