@@ -11,6 +11,14 @@ from memq.config import AuditedClientConfig
 __all__ = ["ConsumerConfig"]
 
 MiB = 1024 * 1024
+#: Settings of the classic group protocol that group.protocol=consumer leaves to the
+#: broker (librdkafka refuses to start with them): (field, Kafka key).
+BROKER_SIDE = (
+    ("session_timeout_ms", "session.timeout.ms"),
+    ("heartbeat_interval_ms", "heartbeat.interval.ms"),
+)
+#: The same, among the extra librdkafka settings (``kafka``).
+KAFKA_BROKER_SIDE = ("partition.assignment.strategy",)
 
 
 class ConsumerConfig(AuditedClientConfig):
@@ -32,12 +40,23 @@ class ConsumerConfig(AuditedClientConfig):
     enable_auto_commit: bool = Field(default=True, alias="enable.auto.commit")
     #: How often poll()/consume() commit with enable.auto.commit.
     auto_commit_interval_ms: int = Field(default=5000, ge=100, alias="auto.commit.interval.ms")
-    #: Kafka group session timeout (a dead member is noticed after this long). Against
-    #: the local dev stack 6000 unless set (its Kafka assigns partitions about half of it
-    #: after a join).
+    #: Kafka's consumer group protocol: classic (every Kafka: each rebalance stops
+    #: every member until all rejoined; the client sets session.timeout.ms and
+    #: heartbeat.interval.ms) or consumer (KIP-848, Kafka 4.0 up: the broker assigns
+    #: partitions incrementally, only those changing owner stop, and it sets the
+    #: session and heartbeat, group.consumer.*). classic by default, as in Kafka's Java
+    #: client and librdkafka: a Kafka 3.x (or a Kafka-protocol broker without KIP-848)
+    #: cannot serve consumer.
+    group_protocol: Literal["classic", "consumer"] = Field(
+        default="classic", alias="group.protocol"
+    )
+    #: Kafka group session timeout (a dead member is noticed after this long).
+    #: group.protocol=classic only (the broker's group.consumer.session.timeout.ms
+    #: otherwise). Against the local dev stack 6000 unless set: a consumer killed there
+    #: (or stopped without close()) holds up its group's next join for this long.
     session_timeout_ms: int = Field(default=45_000, ge=1000, alias="session.timeout.ms")
     #: Kafka group heartbeat period (below a third of session.timeout.ms; 1000 against
-    #: the local dev stack unless set).
+    #: the local dev stack unless set). group.protocol=classic only.
     heartbeat_interval_ms: int = Field(default=3000, ge=100, alias="heartbeat.interval.ms")
     #: Objects fetched ahead of the application (concurrently).
     prefetch_objects: int = Field(default=8, ge=1, le=1024, alias="prefetch.objects")
@@ -102,12 +121,31 @@ class ConsumerConfig(AuditedClientConfig):
                 f"retry.backoff.max.ms ({self.retry_backoff_max_ms}) is below "
                 f"retry.backoff.ms ({self.retry_backoff_ms})"
             )
+        self._check_group_protocol()
         if self.audit_enable and self.group_id is None:
             raise ValueError(
                 "audit.enable needs a group.id: the auditor counts consumption per group "
                 "(a read without one is not audited)"
             )
         return self
+
+    def _check_group_protocol(self) -> None:
+        if "group.protocol" in self.kafka:  # one place says which protocol: ours
+            raise ValueError(
+                "set group.protocol as a consumer setting, not in kafka (it also decides "
+                "which group settings are sent)"
+            )
+        if self.group_protocol != "consumer":
+            return
+        given = [alias for name, alias in BROKER_SIDE if name in self.model_fields_set]
+        given += [k for k in (*(a for _, a in BROKER_SIDE), *KAFKA_BROKER_SIDE) if k in self.kafka]
+        if given:
+            raise ValueError(
+                f"{' and '.join(given)} conflict{'s' if len(given) == 1 else ''} with "
+                "group.protocol=consumer, where the broker sets the group's session, "
+                "heartbeat and assignment (group.consumer.*, group.remote.assignor): remove "
+                f"{'it' if len(given) == 1 else 'them'} or use group.protocol=classic"
+            )
 
     def audit_enabled(self, uses_local_stack: bool) -> bool:
         """Audited only as a group member: group-less reads (one-off, repeated at will)

@@ -79,7 +79,7 @@ class Consumer:
         else:
             cfg = ConsumerConfig.from_mapping(config, **kwargs)
         cfg, endpoints = resolve_client(cfg, cfg.bootstrap_list())
-        if endpoints.local:  # given bootstrap.servers or not: join its group in seconds
+        if endpoints.local:  # given bootstrap.servers or not: a short session (session.py)
             cfg = local_group_session(cfg)
         self.config = cfg
         self.bootstrap = endpoints.bootstrap
@@ -553,10 +553,8 @@ class Consumer:
 
     def close(self) -> None:
         """Commit what was handed out (with auto-commit), leave the group, stop fetching.
-
         Fetches in flight are waited for (up to ``close.timeout.ms``) before the storage
-        readers are closed.
-        """
+        readers are closed."""
         if self._closed:
             return
         if self._ticker is not None:
@@ -565,8 +563,9 @@ class Consumer:
             self._offsets.close()  # the final commit, with auto-commit
         finally:
             self._closed = True
-            self._prefetch.close(self.config.close_timeout_ms / 1000)
+            # Leave first: the revocation's commit must see the objects in progress.
             self._members.close()
+            self._prefetch.close(self.config.close_timeout_ms / 1000)
             self._resolved.close()
             if self._audit is not None:
                 self._audit.close()

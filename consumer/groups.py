@@ -40,8 +40,10 @@ __all__ = ["GroupAdmin", "GroupLag", "LagCollector", "PartitionLag", "ResetPlan"
 
 log = logging.getLogger(__name__)
 
-#: Group states in which members are active (offsets must not be changed then).
-_LIVE = {"stable", "preparing_rebalance", "completing_rebalance"}
+#: Group states in which members are active (offsets must not be changed then), as
+#: confluent-kafka names them (a consumer-protocol group's assigning and reconciling
+#: states come as "unknown", with their members).
+_LIVE = {"stable", "preparing_rebalancing", "completing_rebalancing"}
 #: Notifications read at most per partition to count records behind (beyond: estimated).
 MAX_LAG_READS = 1000
 
@@ -200,15 +202,16 @@ class GroupAdmin:
         return {(p.topic, p.partition): p.offset for p in self._offsets(admin, group)
                 if p.offset >= 0}  # fmt: skip
 
-    def _describe(self, admin: Any, group: str) -> tuple[str, list[dict[str, Any]]]:
-        """(state, members) of ``group``."""
+    def _describe(self, admin: Any, group: str) -> tuple[str, str, list[dict[str, Any]]]:
+        """(state, group protocol, members) of ``group``."""
         return self._describe_many(admin, [group])[group]
 
     def _describe_many(
         self, admin: Any, groups: list[str]
-    ) -> dict[str, tuple[str, list[dict[str, Any]]]]:
-        """Per group: its state and its members, with the (MemQ) topic partitions assigned
-        to each."""
+    ) -> dict[str, tuple[str, str, list[dict[str, Any]]]]:
+        """Per group: its state, its group protocol (classic or consumer, KIP-848;
+        unknown from a broker that does not say) and its members, with the (MemQ) topic
+        partitions assigned to each."""
         if not groups:
             return {}
         out = {}
@@ -218,6 +221,8 @@ class GroupAdmin:
                 desc = futures[group].result(self.timeout)
             except Exception as e:
                 raise NotificationError(f"describing group {group!r} failed: {e}") from e
+            kind = getattr(desc, "type", None)
+            protocol = str(getattr(kind, "name", kind or "unknown")).lower()
             members = []
             for m in desc.members or []:
                 parts = m.assignment.topic_partitions if m.assignment else []
@@ -231,7 +236,8 @@ class GroupAdmin:
                         ),
                     }
                 )
-            out[group] = (str(getattr(desc.state, "name", desc.state)).lower(), members)
+            state = str(getattr(desc.state, "name", desc.state)).lower()
+            out[group] = (state, protocol, members)
         return out
 
     def _topics_of(
@@ -243,7 +249,7 @@ class GroupAdmin:
         return sorted(names)
 
     def _check_stopped(self, admin: Any, group: str) -> None:
-        state, members = self._describe(admin, group)
+        state, _, members = self._describe(admin, group)
         if members or state in _LIVE:
             raise InvalidRequestError(
                 f"group {group!r} is {state} with {len(members) or 'some'} active member(s): "
@@ -266,11 +272,11 @@ class GroupAdmin:
         described = self._describe_many(admin, ids)  # listings may say "unknown"
         out = []
         for group in ids:
-            state, live = described[group]
+            state, protocol, live = described[group]
             topics = self._topics_of(self._committed(admin, group), live if members else [])
             if topics:
-                out.append({"group": group, "state": state, "members": len(live),
-                            "topics": topics})  # fmt: skip
+                out.append({"group": group, "state": state, "protocol": protocol,
+                            "members": len(live), "topics": topics})  # fmt: skip
         return out
 
     def describe(self, group: str, topic: str | None = None) -> dict[str, Any]:
@@ -282,7 +288,7 @@ class GroupAdmin:
         else:
             self._load(None)
         committed = self._committed(admin, group)
-        state, members = self._describe(admin, group)
+        state, protocol, members = self._describe(admin, group)
         topics = [topic] if topic else self._topics_of(committed, members)
         if not topics:
             raise InvalidRequestError(
@@ -301,6 +307,7 @@ class GroupAdmin:
         return {
             "group": group,
             "state": state,
+            "protocol": protocol,
             "members": members,
             "topics": out_topics,
             "lag_objects": sum(p["lag_objects"] for ps in out_topics.values() for p in ps),

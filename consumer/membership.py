@@ -73,16 +73,26 @@ def parse_where(topic: str, partition: int, where: Where) -> tuple[int | None, S
 
 def notification_consumer_conf(c: ConsumerConfig, bootstrap: str) -> dict[str, Any]:
     """librdkafka settings of the notification consumer (the user's ``kafka`` win)."""
+    # With the consumer protocol the broker owns the session and heartbeat (librdkafka
+    # refuses a consumer given them).
+    session = (
+        {
+            "session.timeout.ms": c.session_timeout_ms,
+            "heartbeat.interval.ms": c.heartbeat_interval_ms,
+        }
+        if c.group_protocol == "classic"
+        else {}
+    )
     return {
         "bootstrap.servers": bootstrap,
         # The group's member list (memq group describe, kafka-consumer-groups) names it.
         "client.id": c.client_id,
         "group.id": c.group_id or GROUPLESS,
+        "group.protocol": c.group_protocol,
         "auto.offset.reset": c.auto_offset_reset,
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
-        "session.timeout.ms": c.session_timeout_ms,
-        "heartbeat.interval.ms": c.heartbeat_interval_ms,
+        **session,
         # librdkafka waits up to 500 ms per empty fetch; a Kafka-protocol broker that
         # does not answer a waiting fetch as soon as data arrives adds that to
         # end-to-end latency. Ten empty fetches a second per broker cost nothing.
@@ -94,6 +104,12 @@ def notification_consumer_conf(c: ConsumerConfig, bootstrap: str) -> dict[str, A
         "topic.metadata.refresh.interval.ms": 10_000,
         **c.kafka,
     }
+
+
+def _position(at: tuple[int, Start | None]) -> tuple[int, int, int]:
+    """(offset, block, record) of a start, for ordering two of them."""
+    offset, start = at
+    return (offset, 0, 0) if start is None else (offset, start.block, start.record)
 
 
 class Membership:
@@ -248,24 +264,31 @@ class Membership:
 
     def _assigned(self, parts: list[TP]) -> dict[TP, int] | None:
         log.info("assigned %s", parts)
-        # A seek_* asked for before the assignment; else, for a partition revoked just
-        # before (the same rebalance: nobody read it since), where this member got to:
-        # the objects it had fetched ahead were dropped, and Kafka's committed offset
-        # may be behind (auto-commit off, or its commit failed).
+        # A seek_* asked for before the assignment; else, for a partition this member
+        # had before, where it got to: the objects it had fetched ahead were dropped,
+        # and Kafka's committed offset may be behind (auto-commit off, or its commit
+        # failed).
         offsets = self._seeker.assigned(parts) or {}
-        for tp in parts:
-            if tp in self._resume and tp not in offsets:
-                mark = self._resume[tp]
-                offsets[tp] = mark.offset
-                self._seeker.start_at(tp, mark.offset, decode_position(mark.metadata))
-        self._resume.clear()
-        # The others start at the committed offset; one committed in the middle of an
-        # object starts there at its next record (the commit metadata says which).
         rest = [tp for tp in parts if tp not in offsets]
-        for tp, (offset, start) in self._committed_starts(rest).items():
-            if start is not None:
-                offsets[tp] = offset
-                self._seeker.start_at(tp, offset, start)
+        committed = self._committed_starts(rest)
+        for tp in rest:
+            at = committed.get(tp)
+            mark = self._resume.get(tp)
+            # Where this member got to, unless the group committed further: an incremental
+            # rebalance (group.protocol=consumer, cooperative) gives a partition back in a
+            # later rebalance, after another member may have read on from it.
+            if mark is not None:
+                mine = (mark.offset, decode_position(mark.metadata))
+                if at is None or _position(mine) >= _position(at):
+                    offsets[tp] = mark.offset
+                    self._seeker.start_at(tp, *mine)
+                    continue
+            # The committed offset; one committed in the middle of an object starts there
+            # at its next record (the commit metadata says which).
+            if at is not None and at[1] is not None:
+                offsets[tp] = at[0]
+                self._seeker.start_at(tp, *at)
+        self._resume.clear()
         if self._on_assign is not None:
             self._on_assign(self.names(parts))
         return offsets or None

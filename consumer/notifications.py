@@ -166,7 +166,7 @@ class NotificationSource:
         def gone(callback: PartitionsCallback) -> Callable[[Any, list[Any]], None]:
             def run(_c: Any, parts: list[Any]) -> None:
                 tps = [(p.topic, p.partition) for p in parts]
-                self._paused.difference_update(tps)
+                self._release(tps)
                 self._held.difference_update(tps)
                 callback(tps)
 
@@ -184,21 +184,36 @@ class NotificationSource:
         self._paused.clear()
         self._held.clear()
 
+    def _release(self, parts: list[TP]) -> None:
+        """Resume ``parts`` in Kafka (still assigned) before they leave the assignment:
+        librdkafka keeps a partition paused through its revocation, so one assigned back
+        later (or assigned again) would never be fetched. A new assignment starts
+        unpaused, as in Kafka's Java client."""
+        from confluent_kafka import TopicPartition
+
+        stale = [tp for tp in parts if tp in self._paused]
+        self._paused.difference_update(parts)
+        if stale:
+            try:
+                self.kafka.resume([TopicPartition(t, p) for t, p in stale])
+            except Exception as e:  # not assigned any more: nothing of it is kept
+                log.debug("resuming %s before it leaves the assignment: %s", stale, e)
+
     def assign_partitions(self, offsets: dict[TP, int]) -> None:
+        self._release(sorted(self._paused))
         try:
             self.kafka.assign(self._tps(offsets))
         except Exception as e:
             raise _kafka_error("assigning notification partitions failed", e) from e
-        self._paused.clear()  # a new assignment starts unpaused
         self._held.intersection_update(offsets)
         self._sync()
 
     def unassign(self) -> None:
+        self._release(sorted(self._paused))
         try:
             self.kafka.unassign()
         except Exception as e:
             raise _kafka_error("unassigning notification partitions failed", e) from e
-        self._paused.clear()
         self._held.clear()
 
     def poll(self, max_records: int, timeout: float) -> list[Polled]:

@@ -104,6 +104,9 @@ class GroupOffsets:
         self._partial = partial
         self._timeout = timeout  # reading commits back
         self._done: dict[TP, int] = {}  # next offset to commit, per partition
+        #: Per partition whose next object starts inside (a commit, a seek there): that
+        #: position, committed until the object is handed out further.
+        self._inside: dict[TP, str] = {}
         self._sent: dict[TP, OffsetAndMetadata] = {}  # last commit sent, per partition
         self._last_commit = time.monotonic()
         #: Whether the Kafka keeps commit metadata (record-precise commits); None: not
@@ -113,15 +116,25 @@ class GroupOffsets:
     def object_done(self, tp: TP, offset: int) -> None:
         """The object at ``offset`` was fully handed out (or skipped): commit past it."""
         self._done[tp] = offset + 1
+        self._inside.pop(tp, None)
 
-    def restart(self, tp: TP, offset: int) -> None:
-        """``tp`` continues from ``offset`` (a seek or a reset on assignment)."""
+    def restart(self, tp: TP, offset: int, start: Start | None = None) -> None:
+        """``tp`` continues from ``offset`` (a seek or a reset on assignment), inside that
+        object at ``start``'s record position if it has one: a commit before anything of
+        it is handed out (a revocation right after the assignment) keeps that position
+        instead of taking the group back to the object's first record."""
         self._done[tp] = offset
+        if start is not None and (start.block, start.record) != (0, 0):
+            self._inside[tp] = encode_position(start.block, start.record)
+        else:
+            self._inside.pop(tp, None)
 
     def marks(self, parts: set[TP] | None = None) -> dict[TP, OffsetAndMetadata]:
         """What a commit now would send for ``parts`` (None: every partition with progress)."""
         out = {
-            tp: OffsetAndMetadata(o) for tp, o in self._done.items() if parts is None or tp in parts
+            tp: OffsetAndMetadata(o, self._inside.get(tp, ""))
+            for tp, o in self._done.items()
+            if parts is None or tp in parts
         }
         for tp, (offset, block, record) in self._partial().items():
             if parts is None or tp in parts:
@@ -191,6 +204,7 @@ class GroupOffsets:
         for tp in parts:
             self._sent.pop(tp, None)
             self._done.pop(tp, None)
+            self._inside.pop(tp, None)
         return marks
 
     def close(self) -> None:

@@ -63,7 +63,7 @@ class Probe(Protocol):
 class Seeker:
     """Seeks, pending seeks, start positions inside objects, and reset rules.
 
-    ``restart(tp, offset)`` records a partition's new progress, ``drop(parts)`` forgets
+    ``restart(tp, offset, start)`` records a partition's new progress, ``drop(parts)`` forgets
     the objects fetched ahead for ``parts``, ``name(notification_topic)`` is the MemQ
     topic (for messages). ``source`` and ``probe`` are attached at subscribe().
     """
@@ -71,7 +71,7 @@ class Seeker:
     def __init__(
         self,
         *,
-        restart: Callable[[TP, int], None],
+        restart: Callable[[TP, int, Start | None], None],
         drop: Callable[[set[TP]], None],
         name: Callable[[str], str],
         beginning: Callable[[TP], int] | None = None,
@@ -97,7 +97,7 @@ class Seeker:
 
     def start_at(self, tp: TP, offset: int, start: Start | None) -> None:
         """``tp`` (being assigned) starts at ``offset``, inside that object at ``start``."""
-        self._restart(tp, offset)
+        self._restart(tp, offset, start)
         if start is not None:
             self._starts[(tp, offset)] = start
 

@@ -112,8 +112,6 @@ def _consume(
             "bootstrap.servers": broker,
             "group.id": DEMO_GROUP,
             "auto.offset.reset": "earliest",
-            "session.timeout.ms": 6000,
-            "heartbeat.interval.ms": 1000,
             "audit.enable": True,
         }
     )

@@ -144,10 +144,10 @@ def consume(
         [],
         "--property",
         "-X",
-        help="Consumer setting KEY=VALUE, e.g. -X session.timeout.ms=6000 (repeatable). "
+        help="Consumer setting KEY=VALUE, e.g. -X group.protocol=consumer (repeatable). "
         "Against the local stack session.timeout.ms=6000 and "
-        "heartbeat.interval.ms=1000 unless set here: its Kafka assigns partitions about "
-        "session.timeout.ms / 2 after a join.",
+        "heartbeat.interval.ms=1000 unless set here (group.protocol=classic): a consume "
+        "killed there holds up the group's next join for a session.",
     ),
     bootstrap: str | None = BOOTSTRAP,
     state_dir: Path | None = STATE_DIR,

@@ -59,16 +59,16 @@ def list_groups(
     bootstrap: str | None = BOOTSTRAP, state_dir: Path | None = STATE_DIR, as_json: bool = JSON
 ) -> None:
     """Groups with committed offsets on MemQ topics or members reading them: their state,
-    members and topics."""
+    group protocol (classic or consumer), members and topics."""
     groups = _admin(bootstrap, state_dir).list_groups()
     if as_json:
         typer.echo(json.dumps(groups, indent=2))
         return
     t = Table(title="consumer groups")
-    for col in ("group", "state", "members", "topics"):
+    for col in ("group", "state", "protocol", "members", "topics"):
         t.add_column(col)
     for g in groups:
-        t.add_row(g["group"], g["state"], str(g["members"]), ", ".join(g["topics"]))
+        t.add_row(g["group"], g["state"], g["protocol"], str(g["members"]), ", ".join(g["topics"]))
     _console().print(t)
 
 
@@ -80,16 +80,17 @@ def describe(
     state_dir: Path | None = STATE_DIR,
     as_json: bool = JSON,
 ) -> None:
-    """Members and, per partition, the committed notification offset, the end offset and
-    the lag in objects, records (from the pending notifications) and seconds (since the
-    oldest pending record)."""
+    """State, group protocol (classic or consumer), members and, per partition, the
+    committed notification offset, the end offset and the lag in objects, records (from
+    the pending notifications) and seconds (since the oldest pending record)."""
     d = _admin(bootstrap, state_dir).describe(group, topic)
     if as_json:
         typer.echo(json.dumps(d, indent=2))
         return
     c = _console()
-    c.print(f"group [bold]{escape(group)}[/bold] ({d['state']}): {len(d['members'])} member(s), lag "
-            f"{d['lag_objects']:,} objects / {d['lag_records']:,} records")  # fmt: skip
+    c.print(f"group [bold]{escape(group)}[/bold] ({d['state']}, {d['protocol']} protocol): "
+            f"{len(d['members'])} member(s), lag {d['lag_objects']:,} objects / "
+            f"{d['lag_records']:,} records")  # fmt: skip
     for m in d["members"]:
         parts = ", ".join(f"{t}[{p}]" for t, p in m["partitions"]) or "-"
         c.print(f"  member {escape(m['client_id'])} ({escape(m['host'])}): {parts}")

@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import os
-import signal
-import subprocess
-import sys
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator
@@ -21,6 +17,7 @@ from memq.devstack.procs import wait_for
 from memq.errors import CorruptObjectError, ObjectNotFoundError
 from memq.run.broker import BrokerThread
 from memq.testing import broker_config
+from tests.integration.group_members import account, spawn, stop_all
 
 GROUP = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000, "auto.offset.reset": "earliest"}
 
@@ -87,69 +84,55 @@ def test_100k_records_exactly_once_in_object_order_and_fan_out(
             c.commit()
 
 
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
 def test_two_members_split_partitions_and_the_survivor_takes_over(
-    broker: BrokerThread, topic: str, tmp_path: Path
+    broker: BrokerThread, topic: str, tmp_path: Path, unique_name: Any, protocol: str
 ) -> None:
     # ~30 objects of 256 KiB: notifications spread over all 4 partitions.
     values = [b"fo-%06d-" % i + os.urandom(1000) for i in range(8000)]
     produce(broker.address, topic, values)
-    worker = Path(__file__).parent / "consumer_worker.py"
-    outs = [tmp_path / "m1.jsonl", tmp_path / "m2.jsonl"]
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(worker), broker.address, topic, "fo", str(o), "0.002"],
-            env=env,
-            stderr=subprocess.DEVNULL,
-        )
-        for o in outs
-    ]
-
-    def events(path: Path) -> list[dict[str, Any]]:
-        # Complete lines only: the worker may be writing the last one right now.
-        lines = path.read_text().split("\n")[:-1] if path.exists() else []
-        return [json.loads(x) for x in lines]
-
-    def latest_assignment(path: Path) -> set[int]:
-        a = [e["assigned"] for e in events(path) if "assigned" in e]
-        return {p for _, p in a[-1]} if a else set()
-
+    group = unique_name("fo")
+    # group.protocol=consumer: the broker's session (10 s on the local stack) says when
+    # the killed member's partitions move.
+    session = 6000 if protocol == "classic" else None
+    members = [
+        spawn(broker.address, topic, group, tmp_path / f"m{i}.jsonl", protocol=protocol,
+              session_ms=session, delay=0.002)
+        for i in (1, 2)
+    ]  # fmt: skip
+    first, survivor = members
     try:
         # Both members joined and split the 4 partitions between them.
         wait_for(
             lambda: (
                 True
-                if latest_assignment(outs[0])
-                and latest_assignment(outs[1])
-                and latest_assignment(outs[0]) | latest_assignment(outs[1]) == {0, 1, 2, 3}
+                if first.assignment()
+                and survivor.assignment()
+                and first.assignment() | survivor.assignment() == {0, 1, 2, 3}
                 else None
             ),
             timeout=60,
             what="both members assigned",
         )
-        assert not latest_assignment(outs[0]) & latest_assignment(outs[1])
+        assert not first.assignment() & survivor.assignment()
         wait_for(
-            lambda: True if sum("v" in e for e in events(outs[0])) > 100 else None,
+            lambda: True if len(first.records()) > 100 else None,
             timeout=60,
             what="member 1 consuming",
         )
-        procs[0].send_signal(signal.SIGKILL)  # dies mid-stream, without a goodbye
-        procs[0].wait(10)
-
-        def delivered() -> set[bytes]:
-            return {bytes.fromhex(e["v"]) for o in outs for e in events(o) if "v" in e}
-
+        first.kill()  # dies mid-stream, without a goodbye
         wait_for(
-            lambda: True if delivered() >= set(values) else None,
+            lambda: True if set(account(members, set(values)).delivered) >= set(values) else None,
             timeout=120,
             what="every record delivered by the survivor",
         )
-        assert latest_assignment(outs[1]) == {0, 1, 2, 3}  # the survivor took every partition
+        assert survivor.assignment() == {0, 1, 2, 3}  # the survivor took every partition
+        got = account(members, set(values))
+        assert not got.missing and set(got.delivered) == set(values)
+        # Read twice: only what the killed member handed out after its last commit.
+        assert not got.unexplained, sorted(got.unexplained.items())[:5]
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait(10)
+        stop_all(members)
 
 
 def test_commit_then_restart_resumes_after_the_last_committed_object(

@@ -21,7 +21,13 @@ from memq.errors import InvalidPositionError, InvalidRequestError
 from memq.run.broker import BrokerThread
 from memq.testing import broker_config
 
-GROUP = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000, "auto.offset.reset": "earliest"}
+#: Consumer group settings per group protocol (the consumer protocol's session is the
+#: broker's: setting one is an error).
+GROUPS = {
+    "classic": {"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000},
+    "consumer": {"group.protocol": "consumer"},
+}
+GROUP = {**GROUPS["classic"], "auto.offset.reset": "earliest"}
 
 
 @pytest.fixture
@@ -36,9 +42,11 @@ def broker(memq_stack: StackState, s3_bucket: str, topic: str) -> Iterator[Broke
         yield b
 
 
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
 def test_describe_reset_and_delete_a_group(
-    broker: BrokerThread, topic: str, unique_name: Any
+    broker: BrokerThread, topic: str, unique_name: Any, protocol: str
 ) -> None:
+    settings = {**GROUPS[protocol], "auto.offset.reset": "earliest"}
     sizes = [30, 20, 10]  # three objects (one flush each, sealed by age)
     with Producer({"bootstrap.servers": broker.address}) as p:
         for n, size in enumerate(sizes):
@@ -47,7 +55,7 @@ def test_describe_reset_and_delete_a_group(
             assert p.flush(30) == 0
             time.sleep(0.3)  # the next records go into a new batch (batch.ms is 100)
     group = unique_name("grp")
-    c = Consumer({"bootstrap.servers": broker.address, "group.id": group, **GROUP,
+    c = Consumer({"bootstrap.servers": broker.address, "group.id": group, **settings,
                   "enable.auto.commit": False})  # fmt: skip
     c.subscribe(topic)
     got: list[Any] = []
@@ -58,7 +66,7 @@ def test_describe_reset_and_delete_a_group(
     c.commit()  # the first object was handed out whole: offset 1 is committed
     admin = GroupAdmin(broker.address)
     live = admin.describe(group, topic)
-    assert live["state"] == "stable"
+    assert (live["state"], live["protocol"]) == ("stable", protocol)
     assert [(m["client_id"], m["partitions"]) for m in live["members"]] == [
         ("memq-consumer", [[topic, 0]])
     ]
@@ -70,9 +78,13 @@ def test_describe_reset_and_delete_a_group(
     (p0,) = d["topics"][topic]
     assert (p0["committed"], p0["end"], p0["lag_objects"]) == (1, 3, 2)
     assert p0["lag_records"] == sizes[1] + sizes[2] and p0["lag_seconds"] is not None
-    assert {"group": group, "state": "empty", "members": 0, "topics": [topic]} in (
-        admin.list_groups()
-    )
+    assert {
+        "group": group,
+        "state": "empty",
+        "protocol": protocol,
+        "members": 0,
+        "topics": [topic],
+    } in (admin.list_groups())
     # The lag exporter (memq group exporter) serves the same figures to Prometheus.
     from prometheus_client import CollectorRegistry, generate_latest
 
@@ -114,7 +126,7 @@ def test_describe_reset_and_delete_a_group(
             assert len(out.stderr.strip().splitlines()) == 1, out.stderr
     assert admin.describe(group, topic)["lag_records"] == sum(sizes)
 
-    again = Consumer({"bootstrap.servers": broker.address, "group.id": group, **GROUP})
+    again = Consumer({"bootstrap.servers": broker.address, "group.id": group, **settings})
     again.subscribe(topic)
     reread: list[Any] = []
     deadline = time.monotonic() + 60
@@ -141,7 +153,7 @@ def test_describe_reset_and_delete_a_group(
     assert doc["partitions"] == {"0": {"current": 3, "new": 1, "position": "0:5"}}
     # Kafka keeps the commit metadata: the group starts at that very record.
     assert not doc["positions_dropped"] and "reads those objects again" not in out.stderr
-    third = Consumer({"bootstrap.servers": broker.address, "group.id": group, **GROUP})
+    third = Consumer({"bootstrap.servers": broker.address, "group.id": group, **settings})
     third.subscribe(topic)
     expected = [b"1-%d" % i for i in range(5, sizes[1])] + [b"2-%d" % i for i in range(sizes[2])]
     tail: list[Any] = []

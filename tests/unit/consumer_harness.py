@@ -385,6 +385,11 @@ class FakeMember:
         return {p: len(self.kafka.logs[p]) for p in list(self.positions)}
 
     def close(self) -> None:
+        """Closing a subscribed member serves the revocation of its partitions first, as
+        librdkafka's consumer close does (its on_revoke runs inside close())."""
+        if self._on_revoke is not None and not self.closed:
+            self.revoke(sorted(self.positions))
+            self._serve()
         self.closed = True
 
 

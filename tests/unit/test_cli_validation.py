@@ -9,6 +9,7 @@ import pytest
 
 from memq.cli.main import main
 
+CONSUMER_PROTOCOL = ["-X", "group.protocol=consumer", "-X", "session.timeout.ms=6000"]
 CASES = [
     (["produce", "--topic", "t", "--count", "5", "--size", "-1"], "'--size'"),
     (["produce", "--topic", "t", "--count", "-5"], "'--count'"),
@@ -44,6 +45,9 @@ CASES = [
     (["consume", "--topic", "t", "--max", "-1"], "'--max'"),
     (["consume", "--topic", "t", "--timeout", "-1"], "'--timeout'"),
     (["consume", "--topic", "t", "--group", ""], "'--group'"),
+    # (librdkafka refuses the consumer: the broker sets them under this protocol)
+    (["consume", "-t", "t", *CONSUMER_PROTOCOL], "session.timeout.ms conflicts with group.pro"),
+    (["consume", "-t", "t", "-X", "group.protocol=eager"], "'classic' or 'consumer'"),
     (["peek", "--topic", "t", "--last", "-2"], "'--last'"),
     (["cat", "s3://memq-dev/"], "names a bucket, not an object"),
     (["cat", "some-file", "--records", "-1"], "'--records'"),

@@ -158,6 +158,27 @@ def test_d_a_partition_assigned_back_resumes_from_the_done_offset(harnesses: Any
     assert [m.value for m in h.delivered] == values(objs)
 
 
+@pytest.mark.parametrize("commits", [AUTO, MANUAL], ids=["auto", "manual"])
+def test_d_a_partition_given_back_after_another_member_committed_further_starts_there(
+    harnesses: Any, commits: dict[str, Any]
+) -> None:
+    # Incremental rebalances (group.protocol=consumer, cooperative-sticky) revoke a
+    # partition in one rebalance and may give it back in a later one, after another
+    # member read on and committed: where this member got to is stale then.
+    h = harnesses(partitions=1, config={**NO_DEDUP, **commits})
+    objs = [h.publish(0) for _ in range(5)]  # 3 records each
+    h.assign(0)
+    h.consume_until(6)  # objects 0 and 1 done
+    h.member.revoke([tp(0)])
+    h.consume(10, 0.05)  # the revocation is served: the partition goes to another member
+    h.kafka.committed[tp(0)] = 4  # ...which hands out objects 2 and 3 and commits
+    h.others.update(values(objs[2:4]))
+    h.assign(0)  # a later rebalance gives it back
+    h.drain()
+    assert [m.value for m in h.delivered] == values([objs[0], objs[1], objs[4]])
+    h.check_at_least_once()
+
+
 def test_d_start_positions_of_a_lost_partition_are_forgotten(harnesses: Any) -> None:
     h = harnesses(partitions=1, config={**NO_DEDUP, **MANUAL, "prefetch.objects": 1})
     objs = [h.publish(0, [h.block(records=2), h.block(records=2)]) for _ in range(3)]
@@ -169,6 +190,51 @@ def test_d_start_positions_of_a_lost_partition_are_forgotten(harnesses: Any) -> 
     h.check_at_least_once()
     assert h.delivered[-4:] == [m for m in h.delivered if m.offset == 2]
     assert [m.value for m in h.delivered[-4:]] == objs[2].values
+
+
+def test_d_close_in_the_middle_of_an_object_leaves_the_commit_at_its_next_record(
+    harnesses: Any,
+) -> None:
+    # close() commits the position inside the object in progress, then closes the Kafka
+    # consumer, which serves the revocation (and its auto-commit): that commit must not
+    # take the group back to the start of the object (read again, whole, by the next
+    # owner: duplicates after a graceful leave).
+    h = harnesses(partitions=1, config={**NO_DEDUP, **AUTO, "prefetch.objects": 1})
+    objs = [h.publish(0, [h.block(records=2), h.block(records=2)]) for _ in range(2)]
+    h.assign(0)
+    h.consume_until(4 + 3)  # object 0, and object 1 up to its last record
+    h.consumer.close()
+    assert h.kafka.commit_log[-1] == (tp(0), 1, "memq:1:1")
+    assert h.committed_records() == set(values(objs)[:7])
+    h.check_commits()
+
+
+@pytest.mark.parametrize("how", ["revoke", "close"])
+def test_d_a_partition_left_before_anything_was_handed_out_keeps_its_commit_inside_an_object(
+    harnesses: Any, how: str
+) -> None:
+    # Another member handed out object 0 and the first block of object 1 and committed
+    # there. This member is assigned the partition and leaves it (a rebalance, close())
+    # before its fetch of object 1 returns: its commit on the way out must keep that
+    # position, not take the group back to the start of object 1.
+    h = harnesses(partitions=1, config={**NO_DEDUP, **AUTO})
+    objs = [h.publish(0, [h.block(records=2), h.block(records=2)]) for _ in range(3)]
+    h.kafka.committed[tp(0)], h.kafka.metadata[tp(0)] = 1, "memq:1:0"
+    h.others.update(objs[0].values + objs[1].values[:2])
+    gate = h.storage.gates[objs[1].key] = threading.Event()  # a slow GET
+    h.assign(0)
+    assert h.consume(10, 0.05) == []
+    if how == "close":
+        h.consumer.close()
+    else:
+        h.member.revoke([tp(0)])
+        assert h.consume(10, 0.05) == []
+    assert all(c == (tp(0), 1, "memq:1:0") for c in h.kafka.commit_log), h.kafka.commit_log
+    gate.set()
+    if how == "revoke":  # given back: it starts there
+        h.drain()
+        assert [m.value for m in h.delivered] == objs[1].values[2:] + objs[2].values
+        h.check_at_least_once()
 
 
 # --- e: transient fetch errors are retried; iteration never ends silently ----------------------
