@@ -206,16 +206,20 @@ def test_live_members_are_listed_and_described_before_any_commit(
         ("reader-a", "/127.0.0.1", [[topic, 0]])
     ]
     assert [(p["partition"], p["committed"]) for p in d["topics"][topic]] == [(0, None)]
-    assert {"group": group, "state": "stable", "members": 1, "topics": [topic]} in (
-        admin.list_groups()
-    )
+    assert {
+        "group": group,
+        "state": "stable",
+        "protocol": "classic",
+        "members": 1,
+        "topics": [topic],
+    } in admin.list_groups()
     assert all(g["group"] != group for g in admin.list_groups(members=False))  # (the exporter)
     out = subprocess.run(
         [sys.executable, "-m", "memq.cli.main", "group", "describe", group, "-b", broker.address],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
-    assert f"group {group} (stable): 1 member(s)" in out.stdout
+    assert f"group {group} (stable, classic protocol): 1 member(s)" in out.stdout
     assert f"member reader-a (/127.0.0.1): {topic}[0]" in out.stdout
 
     b = member("reader-b")  # a second member: one partition, so one of them idles
