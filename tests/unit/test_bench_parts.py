@@ -85,3 +85,18 @@ def test_report_renders_a_suite_run_of_the_tansu_days(tmp_path: Path) -> None:
     assert "Kafka: Tansu (" in md and "one thread, to Tansu (" in md
     assert "Total CPU per GiB ingested" not in md  # not measured then
     assert "vs Parquet on local disk" in md
+
+
+def test_repetitions_aggregate_to_min_median_max() -> None:
+    reps = [
+        {"s3": {"MBps": 100.0, "cpu_s_per_GiB": {"broker": 2.0, "client": 1.0, "kafka": 0.1}}},
+        {"s3": {"MBps": 80.0, "cpu_s_per_GiB": {"broker": 3.0, "client": 1.5}}},
+        {"s3": {"MBps": 90.0, "cpu_s_per_GiB": {"broker": 2.5, "client": 0.5}}},
+    ]
+    got = benchlib.spread_rows(reps, "s3")
+    assert got["MBps"] == {"min": 80.0, "median": 90.0, "max": 100.0}
+    # only processes measured in every repetition
+    assert got["cpu_s_per_GiB"] == {
+        "broker": {"min": 2.0, "median": 2.5, "max": 3.0},
+        "client": {"min": 0.5, "median": 1.0, "max": 1.5},
+    }
