@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
+import queue
 import sys
 import threading
 import time
@@ -139,7 +140,11 @@ def hot_loop(boot: str, topic: str, seconds: float, warmup: float, out: Any) -> 
     """A producer process at full speed; puts (bytes acked in the window, window s)."""
     from memq import Producer
 
-    p = Producer({"bootstrap.servers": boot, "acks": "all", "audit.enable": False})
+    # produce() may block through the warm-up's stall of new notification partitions
+    # (1,000 topics: up to a minute here with a full page cache), not fail in it.
+    block_ms = int((warmup + seconds + 120) * 1000)
+    p = Producer({"bootstrap.servers": boot, "acks": "all", "audit.enable": False,
+                  "max.block.ms": block_ms})  # fmt: skip
     # Distinct random records (more than fit in one 1 MiB block): incompressible.
     pool = [os.urandom(RECORD) for _ in range(2048)]
     acked = [0]
@@ -157,6 +162,22 @@ def hot_loop(boot: str, topic: str, seconds: float, warmup: float, out: Any) -> 
     p.flush(120)
     p.close()
     out.put((acked[0], seconds))
+
+
+def _result_of(proc: Any, q: Any, timeout: float) -> Any:
+    """What ``proc`` put on ``q``; a clear error at once if it died without (its traceback
+    is on stderr above), instead of waiting out ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return q.get(timeout=1.0)
+        except queue.Empty:
+            if not proc.is_alive():
+                raise RuntimeError(
+                    f"the hot producer exited ({proc.exitcode}) without a result"
+                ) from None
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the hot producer gave no result in {timeout:.0f} s") from None
 
 
 def run_one(
@@ -236,7 +257,7 @@ def run_one(
         stats1 = notify_stats(b["http"])
         cpu = {k: round(cpu1[k] - v, 2) for k, v in cpu0.items() if k in cpu1}
         p.flush(120)
-        hot_bytes, hot_s = q.get(timeout=300)
+        hot_bytes, hot_s = _result_of(hot, q, timeout=300)
         hot.join(60)
         pool_allocated = gauge(b["http"], "memq_pool_allocated_bytes")
         pool_held = gauge(b["http"], "memq_pool_held_bytes")

@@ -24,9 +24,8 @@ def _x(s: dict[str, float]) -> str:
 
 
 PROCS = ("client", "broker", "kafka", "s3_moto")
-#: What ran as the stack's Kafka in a suite run that does not say (``kafka_server``):
-#: those ran on Tansu, and labelled its CPU ``kafka_tansu``.
-LEGACY_KAFKA = "Tansu (a Kafka-protocol broker keeping records in memory)"
+#: What a suite run that does not name its Kafka (``kafka_server``) is reported as.
+UNNAMED_KAFKA = "a Kafka not named by the run"
 BACKFILL_PROCS = ("client", "spark_tree", "broker", "s3_moto")
 INGEST_MEMQ = ("devnull", "devnull_batch", "filesystem", "filesystem_batch", "s3", "s3_batch")
 
@@ -410,21 +409,10 @@ def _md(doc: dict[str, Any], plots: list[str]) -> str:
 
 def _kafka(doc: dict[str, Any]) -> str:
     """What the run's Kafka was (the label ``kafka`` in the CPU columns)."""
-    return str(doc.get("kafka_server", LEGACY_KAFKA))
-
-
-def _relabel(value: Any) -> Any:
-    """``value`` with every CPU column ``kafka_tansu`` (a suite.json of the Tansu days)
-    named ``kafka``, as later runs label it; the report names what it was (:func:`_kafka`)."""
-    if isinstance(value, dict):
-        return {("kafka" if k == "kafka_tansu" else k): _relabel(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_relabel(v) for v in value]
-    return value
+    return str(doc.get("kafka_server", UNNAMED_KAFKA))
 
 
 def write(doc: dict[str, Any], out: Path) -> Path:
-    doc = _relabel(doc)
     plots = _plots(doc, out)
     md = out / "report.md"
     md.write_text(_md(doc, plots))

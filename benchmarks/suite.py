@@ -261,7 +261,7 @@ def merged(path: Path, new: dict[str, Any]) -> dict[str, Any]:
     )
     out["section_times"] = {name: times[name] for name in out["sections"]}
     out["time"], out["machine"] = new["time"], new["machine"]
-    kept = old.get("kafka_server", report.LEGACY_KAFKA)
+    kept = old.get("kafka_server", report.UNNAMED_KAFKA)
     if new.get("kafka_server", kept) != kept:
         out["kafka_server"] = f"{new['kafka_server']}; sections kept from earlier: {kept}"
     out["cost"] = report.cost_section(out)

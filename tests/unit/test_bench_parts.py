@@ -75,16 +75,15 @@ def test_run_length_covers_warm_up_and_window() -> None:
     assert kafka_perf.num_records(0.0, 1024, 1.0, 3.0) == 10_000
 
 
-def test_report_renders_a_suite_run_of_the_tansu_days(tmp_path: Path) -> None:
-    """The committed suite.json labels Kafka's CPU kafka_tansu and has no totals: it still
-    renders, under the "kafka" column, naming Tansu as what ran."""
+def test_report_renders_the_committed_suite_run(tmp_path: Path) -> None:
+    """The committed suite.json renders the committed report.md's tables (the rendering
+    of a full run is stable: it is what `make bench` wrote)."""
     doc = json.loads((ROOT / "benchmarks" / "results" / "suite.json").read_text())
-    assert "kafka_tansu" in json.dumps(doc)
     md = report.write(doc, tmp_path).read_text()
-    assert "kafka_tansu" not in md and "kafka CPU-s/GiB" in md
-    assert "Kafka: Tansu (" in md and "one thread, to Tansu (" in md
-    assert "Total CPU per GiB ingested" not in md  # not measured then
-    assert "vs Parquet on local disk" in md
+    committed = (ROOT / "benchmarks" / "results" / "report.md").read_text()
+    tables = [line for line in committed.splitlines() if line.startswith("|")]
+    assert tables and tables == [line for line in md.splitlines() if line.startswith("|")]
+    assert "Kafka: Apache Kafka 4.1.1" in md and "Total CPU per GiB ingested" in md
 
 
 def test_repetitions_aggregate_to_min_median_max() -> None:
