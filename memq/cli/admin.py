@@ -85,6 +85,7 @@ def create(
     if partitions is not None:
         s["notification.partitions"] = partitions
     admin = _admin(bootstrap, state_dir)
+    existed = if_not_exists and name in admin.list_topics()
     cfg = admin.create_topic(name, s, if_not_exists=if_not_exists)
     try:
         placed = admin.placement(name, wait)
@@ -97,14 +98,14 @@ def create(
             highlight=False,
         )
         return
-    if as_json:
-        typer.echo(json.dumps({**cfg, "placement": placed}, indent=2))
     expected = f"expected {cfg.get('expected_mbps')} MB/s"
     fix = (
         "add brokers, raise their capacity_mbps / memory_limit_bytes, or lower "
         f"expected_mbps (memq topic update {name} --set expected_mbps=...)"
     )
     if placed is None:
+        if as_json:  # (the topic exists: its config, no placement yet)
+            typer.echo(json.dumps({**cfg, "placement": None}, indent=2))
         err.print(
             f"[red]topic {name} created, but the governor assigned no writer within "
             f"{wait:g} s: check `memq cluster status` (is a governor elected?)[/red]",
@@ -113,12 +114,21 @@ def create(
         raise typer.Exit(1)
     writers = ", ".join(placed["writers"])
     if not writers:
+        # A topic nobody can write is not left behind by the command that failed (as
+        # Kafka's topic create fails whole); one that existed before is left as it was.
+        if not existed:
+            admin.delete_topic(name)
+            admin.forget_topic(name)
+            fix = "add brokers, raise their capacity_mbps / memory_limit_bytes, or lower --expected-mbps"
         err.print(
-            f"[red]topic {name} created, but no broker can write it ({expected}; the "
-            f"cluster cannot place {placed['shortfall_mbps']:g} MB/s): {fix}[/red]",
+            f"[red]topic {name} {'unchanged' if existed else 'not created'}: no broker can "
+            f"write it ({expected}; the cluster cannot place {placed['shortfall_mbps']:g} "
+            f"MB/s): {fix}[/red]",
             highlight=False,
         )
         raise typer.Exit(1)
+    if as_json:
+        typer.echo(json.dumps({**cfg, "placement": placed}, indent=2))
     if placed.get("shortfall_mbps") or placed.get("unplaced_writers"):
         err.print(
             f"[yellow]topic {name} ready on {writers}, short of capacity ({expected}; "
@@ -141,12 +151,15 @@ def update(
     if not settings:
         raise typer.BadParameter("nothing to change: pass --set KEY=VALUE")
     admin = _admin(bootstrap, state_dir)
-    cfg = admin.update_topic(name, parse_settings(settings))
+    changes = parse_settings(settings)
+    cfg = admin.update_topic(name, changes)
     err.print(
         f"topic {name} updated: "
         + ", ".join(settings)
         + f" (expected {cfg.get('expected_mbps')} MB/s)"
     )
+    if "min_writers" not in changes:  # (a cluster default the user did not touch now)
+        return
     try:
         brokers = len(admin.cluster_status().get("brokers", []))
     except AuthorizationError:  # (a topic admin, not a cluster admin: nothing to check)

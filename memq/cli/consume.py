@@ -18,7 +18,9 @@ from rich.table import Table
 from memq.cli.options import (
     BOOTSTRAP,
     STATE_DIR,
+    StopOnInterrupt,
     http_url,
+    human_bytes,
     parse_time,
     positive,
     time_option,
@@ -50,14 +52,6 @@ def _message_id(value: str | None) -> str | None:
         with usage_error(MemqError):
             MessageId.parse(value)
     return value
-
-
-def _size(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.2f} {unit}"
-        n /= 1000
-    raise AssertionError("unreachable")
 
 
 def consume(
@@ -188,6 +182,10 @@ def consume(
             f"--from-message-id {start_id} is of partition {start_id.partition}, "
             f"not --partition {partition}"
         )
+    if from_beginning and from_time is not None:
+        raise typer.BadParameter(
+            "--from-beginning and --from-time each say where to start: use one"
+        )
     if (offset is not None or start_id is not None) and (from_beginning or from_time):
         raise typer.BadParameter(
             "--offset/--from-message-id and --from-beginning/--from-time each say where to "
@@ -231,7 +229,7 @@ def consume(
     commits = group is not None and not no_commit
     every = int(conf.get("auto.commit.interval.ms", 5000)) / 1000
     next_commit = time.monotonic() + every
-    closed_pipe = False
+    closed_pipe = aborted = False
     n = nbytes = 0
     #: Records printed per object (partition, offset): what a commit covers, or not.
     printed: dict[tuple[int, int], int] = {}
@@ -244,58 +242,73 @@ def consume(
     )
     if joining is not None:
         joining.start()
+    # Ctrl-C stops between batches: what was handed out is printed before the commit, so
+    # the commit never covers a record that was not printed (a second Ctrl-C: no commit).
+    stop = StopOnInterrupt(lambda text: err.print(f"\n{text}", highlight=False))
     try:
-        while max_records is None or n < max_records:
-            batch = c.consume(min(500, (max_records or 500) - n) if max_records else 500, 1.0)
-            if joining is not None and (batch or c.assignment()):
-                joining.stop()
-                joining = None
-            if not batch:
+        with stop:
+            while not stop.requested and (max_records is None or n < max_records):
+                want = min(500, max_records - n) if max_records else 500
+                batch = c.consume(want, 1.0)
+                if joining is not None and (batch or c.assignment()):
+                    joining.stop()
+                    joining = None
                 now = time.monotonic()
-                if last is None and c.assignment():
+                if batch:
                     last = now
-                if last is None and now - t0 > join_timeout:
-                    raise MemqError(
-                        f"group {group!r} assigned no partition of {topic!r} within "
-                        f"{join_timeout:.0f} s: is Kafka reachable, is the group stuck?"
-                    )
-                if last is not None and timeout and now - last > timeout:
-                    break
-                continue
-            last = time.monotonic()
-            for m in batch:
-                if fmt == "json":
-                    out.write(record_json(str(m.id), m.key, m.value, m.headers, m.timestamp) + "\n")
+                    for m in batch:
+                        if fmt == "json":
+                            line = record_json(str(m.id), m.key, m.value, m.headers, m.timestamp)
+                            out.write(line + "\n")
+                        else:
+                            key = m.key if sep is not None else None
+                            out.buffer.write(
+                                record_line(key, m.value, sep, key_format=kfmt, value_format=vfmt)
+                            )
+                        n += 1
+                        nbytes += len(m.value)
+                        obj = (m.partition, m.offset)
+                        printed[obj] = printed.get(obj, 0) + 1
+                    if tty:
+                        err.print(f"\r{n:,} records, {n / (now - t0):,.0f}/s", end="")
                 else:
-                    key = m.key if sep is not None else None
-                    out.buffer.write(
-                        record_line(key, m.value, sep, key_format=kfmt, value_format=vfmt)
-                    )
-                nbytes += len(m.value)
-                printed[(m.partition, m.offset)] = printed.get((m.partition, m.offset), 0) + 1
-            n += len(batch)
-            if tty:
-                err.print(f"\r{n:,} records, {n / (time.monotonic() - t0):,.0f}/s", end="")
-            if commits and last >= next_commit:  # (as auto-commit, once printed)
-                out.flush()
-                with contextlib.suppress(MemqError):  # (the next commit covers it)
-                    c.commit(asynchronous=True)
-                next_commit = last + every
-        out.flush()
-    except KeyboardInterrupt:
-        pass
+                    if last is None and c.assignment():
+                        last = now
+                    if last is None and now - t0 > join_timeout:
+                        raise MemqError(
+                            f"group {group!r} assigned no partition of {topic!r} within "
+                            f"{join_timeout:.0f} s: is Kafka reachable, is the group stuck?"
+                        )
+                    if last is not None and timeout and now - last > timeout:
+                        break
+                # As auto-commit, once printed; idle too, so that a caught-up consumer's
+                # group shows its progress while it waits.
+                if commits and now >= next_commit:
+                    out.flush()
+                    with contextlib.suppress(MemqError):  # (the next commit covers it)
+                        c.commit(asynchronous=True)
+                    next_commit = now + every
+            out.flush()
+    except KeyboardInterrupt:  # the second Ctrl-C, maybe in the middle of a batch
+        aborted = True
     except BrokenPipeError:  # the reader left: stop, keep the offsets, say so on stderr
         closed_pipe = True
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     finally:
         if joining is not None:
             joining.stop()
-        committed = (
-            "no (the output was closed: the last records printed may not have been read, "
-            "so the group's offsets stay at its last commit)"
-            if closed_pipe and commits
-            else _commit(c, topic, group, no_commit, printed)
-        )
+        if closed_pipe and commits:
+            committed = (
+                "no (the output was closed: the last records printed may not have been "
+                "read, so the group's offsets stay at its last commit)"
+            )
+        elif aborted and commits:
+            committed = (
+                "no (stopped at once by a second Ctrl-C, maybe in the middle of a batch: "
+                "the group's offsets stay at its last commit)"
+            )
+        else:
+            committed = _commit(c, topic, group, no_commit, printed)
         elapsed = time.monotonic() - t0
         stats = c.stats
         c.close()
@@ -307,8 +320,8 @@ def consume(
         where += f", partition {partition}"
     t = Table(title=f"memq consume {topic} ({where})", show_header=False)
     t.add_row("records", f"{n:,}")
-    t.add_row("bytes", f"{_size(nbytes)} of values")
-    t.add_row("objects", f"{len(printed):,} read from ({_size(stats.bytes)} fetched)")
+    t.add_row("bytes", f"{human_bytes(nbytes)} of values")
+    t.add_row("objects", f"{len(printed):,} read from ({human_bytes(stats.bytes)} fetched)")
     t.add_row("time", f"{elapsed:.1f} s, {n / elapsed if elapsed else 0:,.0f} records/s")
     if stats.skipped_missing or stats.skipped_corrupt or stats.skipped_expired:
         t.add_row(
@@ -320,6 +333,8 @@ def consume(
     err.print(t)
     if closed_pipe:
         raise typer.Exit(141)  # (128 + SIGPIPE, as a shell tool killed by it)
+    if stop.requested:
+        raise typer.Exit(StopOnInterrupt.EXIT_INTERRUPTED)
 
 
 def _not_metadata_dropped(record: logging.LogRecord) -> bool:
@@ -378,7 +393,9 @@ def cat(
     state_dir: Path | None = STATE_DIR,
 ) -> None:
     """Inspect one batch object without consuming anything: header, blocks (offset, size,
-    records, producer id/epoch/sequence, timestamps, CRC status)."""
+    records, producer id/epoch/sequence, timestamps, CRC status); --records N also prints
+    the first N records as json lines with ids <batch id>/<block>/<record>, as `memq
+    backfill` writes them (`memq peek` lists a topic's objects)."""
     from memq.errors import MemqFormatError
     from memq.formats import decode_batch_header, decode_records, verify_batch_block
     from memq.formats.keys import parse_object_key
@@ -400,8 +417,10 @@ def cat(
     reader, bucket, key = _reader_for(uri, storage)
     data = reader.read(bucket, key)
     header = decode_batch_header(data)
+    batch_id = key.rsplit("/", 1)[-1]
     try:
         where = parse_object_key(key)
+        batch_id = where.batch_id
         err.print(f"topic {where.topic} (cluster {where.cluster}), batch {where.batch_id}")
     except MemqFormatError:
         pass
@@ -449,7 +468,8 @@ def cat(
             for ri, (ts, k, v, h) in enumerate(decode_records(block, bh)):
                 if printed >= records:
                     break
-                sys.stdout.write(record_json(f"{i}:{ri}", k, v, h, ts) + "\n")
+                # (ids as `memq backfill` writes them: <batch id>/<block>/<record>)
+                sys.stdout.write(record_json(f"{batch_id}/{i}/{ri}", k, v, h, ts) + "\n")
                 printed += 1
     err.print(t)
     if len(data) != header.object_size:
@@ -482,8 +502,18 @@ def peek(
     nt = tm.notification["topic"]
     probe = NotificationProbe({"bootstrap.servers": tm.notification["bootstrap_servers"]})
     t = Table(title=f"{topic}: newest {last} objects per partition ({nt})")
-    for col in ("partition", "offset", "key", "bytes", "blocks", "records", "from", "to", "broker"):
-        t.add_column(col)
+    for col in (
+        "partition",
+        "offset",
+        "object",
+        "bytes",
+        "blocks",
+        "records",
+        "from",
+        "to",
+        "broker",
+    ):
+        t.add_column(col, no_wrap=col == "object")  # (copied into `memq cat` whole)
     try:
         for p in range(int(tm.notification["partitions"])):
             low, high = probe.watermarks(nt, p)
@@ -491,7 +521,7 @@ def peek(
                 t.add_row(
                     str(p),
                     str(off),
-                    n.key,
+                    _object_uri(n),  # what `memq cat` takes
                     f"{n.size:,}",
                     str(n.block_count),
                     f"{n.record_count:,}",
@@ -503,5 +533,12 @@ def peek(
         probe.close()
     console = Console()
     if not console.is_terminal:
-        console = Console(width=250)  # piped: do not crop the table
+        console = Console(width=1000)  # piped: do not crop or fold the table
     console.print(t)
+
+
+def _object_uri(n: Any) -> str:
+    """A notification's object as `memq cat` reads it: s3://bucket/key, else a path."""
+    if n.storage == "s3":
+        return f"s3://{n.bucket}/{n.key}"
+    return str(Path(n.bucket or "/") / n.key)

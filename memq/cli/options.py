@@ -3,16 +3,22 @@ one-line usage error (exit 2) before anything runs."""
 
 from __future__ import annotations
 
+import signal
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from types import FrameType, TracebackType
+from typing import Any
 
 import typer
 
 __all__ = [
     "STATE_DIR",
+    "StopOnInterrupt",
     "acks_value",
     "compression_value",
     "http_url",
+    "human_bytes",
     "key_value_pairs",
     "non_empty",
     "positive",
@@ -35,6 +41,61 @@ def usage_error(*kinds: type[Exception]) -> Iterator[None]:
         yield
     except kinds as e:
         raise typer.BadParameter(str(e)) from None
+
+
+class StopOnInterrupt:
+    """Ctrl-C as a request to stop at the next safe point, for commands that then finish
+    what they hold (print, commit, flush) and print their summary: :attr:`requested` turns
+    True; a second Ctrl-C raises KeyboardInterrupt at once. Exit with :data:`EXIT_INTERRUPTED`
+    afterwards, as a shell tool stopped by SIGINT does."""
+
+    EXIT_INTERRUPTED = 130  # 128 + SIGINT
+
+    def __init__(self, say: Any) -> None:
+        self._say = say
+        self.requested = False
+        self._now = False
+        self._old: Any = None
+
+    def __enter__(self) -> StopOnInterrupt:
+        if threading.current_thread() is threading.main_thread():
+            self._old = signal.signal(signal.SIGINT, self._on_sigint)
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._old is not None:
+            signal.signal(signal.SIGINT, self._old)
+
+    @contextmanager
+    def interruptible(self) -> Iterator[None]:
+        """A wait that holds nothing (reading stdin, pacing): a Ctrl-C inside it raises
+        KeyboardInterrupt at once, with :attr:`requested` True."""
+        self._now = True
+        try:
+            if self.requested:
+                raise KeyboardInterrupt
+            yield
+        finally:
+            self._now = False
+
+    def _on_sigint(self, signum: int, frame: FrameType | None) -> None:
+        first = not self.requested
+        self.requested = True
+        if first:
+            self._say("stopping: finishing what is in hand (Ctrl-C again to stop at once)")
+        if not first or self._now:
+            raise KeyboardInterrupt
+
+
+def human_bytes(n: float) -> str:
+    """``3,912 B``, ``1.50 MB``: decimal units, never ``0.00 MB`` for a few KB."""
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.2f} {unit}"
+        n /= 1000
+    raise AssertionError("unreachable")
 
 
 #: Kafka's spellings of acks (what ``--acks`` accepts).

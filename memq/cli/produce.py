@@ -17,7 +17,15 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from memq.cli.options import STATE_DIR, acks_value, compression_value, positive, topic_name
+from memq.cli.options import (
+    STATE_DIR,
+    StopOnInterrupt,
+    acks_value,
+    compression_value,
+    human_bytes,
+    positive,
+    topic_name,
+)
 
 err = Console(stderr=True)
 
@@ -145,7 +153,8 @@ def produce(
         max=MAX_BATCH_SIZE,
         show_default="the topic's max_block_bytes; for a topic not created yet, a topic's "
         "default (batch.bytes, 8 MiB)",
-        help="Producer batch.size: the largest block, so the largest record.",
+        help="Producer batch.size: the size of blocks (a larger record goes in a block of "
+        "its own; the largest record is the topic's max_block_bytes, less 80 bytes).",
     ),
     timeout: float = typer.Option(
         120, min=1, help="Seconds to wait for outstanding acks at the end."
@@ -242,16 +251,22 @@ def produce(
         return rng.randbytes(half).hex().encode()[:size]  # compressed ~500x: no test)
 
     sent = nbytes = 0
+    left = 0
+    forced = False
+    stop = StopOnInterrupt(lambda text: err.print(text, highlight=False))
     t0 = time.monotonic()
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[rate]}"),
-        TimeElapsedColumn(),
-        console=err,
-        transient=False,
-    ) as progress:
+    with (
+        stop,
+        Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[rate]}"),
+            TimeElapsedColumn(),
+            console=err,
+            transient=False,
+        ) as progress,
+    ):
         task = progress.add_task(f"produce {topic}", total=count, rate="")
         sep = key_separator.encode() if key_separator is not None else None
         lines: Iterator[bytes] = (
@@ -259,7 +274,14 @@ def produce(
             if count is not None
             else (ln.rstrip(b"\r\n") for ln in sys.stdin.buffer)
         )
-        for line in lines:
+        # Ctrl-C stops reading; what was handed to the producer is still flushed (a second
+        # Ctrl-C stops that too) and the summary says what was stored.
+        while not stop.requested:
+            try:
+                with stop.interruptible():
+                    line = next(lines)
+            except (StopIteration, KeyboardInterrupt):
+                break
             sent += 1
             try:  # too large for a block, not base64, buffer full: this record only
                 if sep is None:  # generated, or a value per line (raw or base64)
@@ -275,20 +297,34 @@ def produce(
             if rate:
                 ahead = sent / rate - (time.monotonic() - t0)
                 if ahead > 0:
-                    time.sleep(ahead)
+                    try:
+                        with stop.interruptible():
+                            time.sleep(ahead)
+                    except KeyboardInterrupt:
+                        break
             if sent % 1000 == 0:
                 el = time.monotonic() - t0
                 progress.update(task, completed=sent, rate=f"{sent / el:,.0f} rec/s")
         progress.update(task, completed=sent, description=f"flush {topic}")
-        left = producer.flush(timeout)
-        progress.update(task, completed=sent, description=f"done {topic}")
-    producer.close(5)
-    elapsed = time.monotonic() - t0
+        try:
+            left = producer.flush(timeout)
+        except KeyboardInterrupt:
+            forced = True
+        elapsed = time.monotonic() - t0
+        progress.update(
+            task,
+            completed=sent,
+            description=f"done {topic}",
+            rate=f"{sent / elapsed:,.0f} rec/s" if elapsed else "",
+        )
+    # Records still in the producer fail with an error through their callbacks (counted).
+    left = max(left, len(producer)) if forced else left
+    producer.close(0 if forced else 5)
     t = Table(title=f"memq produce {topic} (acks={acks})", show_header=False)
     t.add_row("records", f"{sent:,}" if acked[0] == sent else f"{acked[0]:,} of {sent:,}")
-    t.add_row("bytes", f"{nbytes / 1e6:,.2f} MB")
+    t.add_row("bytes", f"{human_bytes(nbytes)} of values")
     t.add_row("time", f"{elapsed:.2f} s")
-    t.add_row("throughput", f"{sent / elapsed:,.0f} records/s, {nbytes / 1e6 / elapsed:,.2f} MB/s")
+    t.add_row("throughput", f"{sent / elapsed:,.0f} records/s, {human_bytes(nbytes / elapsed)}/s")
     if latencies:
         t.add_row(
             "ack latency",
@@ -304,9 +340,15 @@ def produce(
         t.add_row("first error", first[0])
     if left:
         t.add_row("undelivered", str(left))
+    if stop.requested:
+        t.add_row(
+            "stopped", "by Ctrl-C" + (", before every record was acknowledged" if forced else "")
+        )
     err.print(t)
     if stored:
         err.print(f"first object: {stored[0]}", soft_wrap=True, highlight=False)
+    if stop.requested:
+        raise typer.Exit(StopOnInterrupt.EXIT_INTERRUPTED)
     if errors or left:
         raise typer.Exit(1)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from typing import Any
@@ -112,7 +113,9 @@ def test_cat_and_peek(memq_stack: StackState, unique_name: Any) -> None:
     proc = memq(memq_stack, "cat", uri, "--records", "1")
     assert proc.returncode == 0, proc.stderr
     assert f"topic {topic}" in proc.stderr and "ok" in proc.stderr
-    assert json.loads(proc.stdout.splitlines()[0])["value"] == "first"
+    first = json.loads(proc.stdout.splitlines()[0])
+    assert first["value"] == "first"
+    assert first["id"] == key.rsplit("/", 1)[1] + "/0/0"  # as `memq backfill` writes ids
 
     s3 = memq_stack.s3_client()
     obj = bytearray(s3.get_object(Bucket=memq_stack.bucket, Key=key)["Body"].read())
@@ -124,3 +127,9 @@ def test_cat_and_peek(memq_stack: StackState, unique_name: Any) -> None:
     proc = memq(memq_stack, "peek", "--topic", topic, "--last", "3")
     assert proc.returncode == 0, proc.stderr
     assert key.split("/")[-1][:13] in proc.stdout  # the batch id starts with its time
+    # peek names each object as `memq cat` takes it (a bare key was read as a local path)
+    uris = re.findall(r"s3://\S+", proc.stdout)
+    assert uri in uris
+    other = next(u for u in uris if u != uri)
+    proc = memq(memq_stack, "cat", other)
+    assert proc.returncode == 0 and f"topic {topic}" in proc.stderr, proc.stderr
