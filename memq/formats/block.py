@@ -54,6 +54,7 @@ __all__ = [
     "DEFAULT_MAX_UNCOMPRESSED",
     "INT64_MAX",
     "INT64_MIN",
+    "RECORD_OVERHEAD",
     "BinaryColumn",
     "BlockHeader",
     "Header",
@@ -66,6 +67,7 @@ __all__ = [
     "encode_block",
     "encode_block_parts",
     "encode_block_with_crc",
+    "record_size",
     "verify_block",
 ]
 
@@ -91,6 +93,22 @@ INT64_MAX = (1 << 63) - 1
 Header = tuple[str, bytes | None]
 #: A record as stored: (timestamp ms, key, value, headers).
 Record = tuple[int, bytes | None, bytes, tuple[Header, ...] | None]
+
+#: A record's bytes beside its key, value and headers, at most: version 2 blocks take 18
+#: (timestamp, value offset, key offset and bitmap bit, headers entry), version 1 17
+#: (msgpack's array head, int64 timestamp, nil key, bin head, nil headers); plus slack.
+RECORD_OVERHEAD = 24
+
+
+def record_size(key: bytes | None, value: bytes, headers: tuple[Header, ...] | None) -> int:
+    """Upper bound of a record's encoded (uncompressed) size."""
+    n = len(value) + RECORD_OVERHEAD
+    if key is not None:
+        n += len(key)
+    if headers:
+        # Names are str: count their UTF-8 bytes, not characters.
+        n += sum(len(h[0].encode()) + (len(h[1]) if h[1] is not None else 0) + 12 for h in headers)
+    return n
 
 
 @dataclass(frozen=True, slots=True)

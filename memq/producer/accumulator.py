@@ -14,23 +14,7 @@ from memq.formats.compression import Compression
 from memq.formats.crc import crc32
 from memq.producer.futures import BlockResult, DeliveryCallback, RecordFuture
 
-__all__ = ["RECORD_OVERHEAD", "OpenBlock", "SealedBlock", "record_size"]
-
-#: A record's bytes beside its key, value and headers, at most: version 2 blocks take 18
-#: (timestamp, value offset, key offset and bitmap bit, headers entry), version 1 17
-#: (msgpack's array head, int64 timestamp, nil key, bin head, nil headers); plus slack.
-RECORD_OVERHEAD = 24
-
-
-def record_size(key: bytes | None, value: bytes, headers: tuple[Header, ...] | None) -> int:
-    """Upper bound of a record's encoded (uncompressed) size."""
-    n = len(value) + RECORD_OVERHEAD
-    if key is not None:
-        n += len(key)
-    if headers:
-        # Names are str: count their UTF-8 bytes, not characters.
-        n += sum(len(h[0].encode()) + (len(h[1]) if h[1] is not None else 0) + 12 for h in headers)
-    return n
+__all__ = ["OpenBlock", "SealedBlock"]
 
 
 @dataclass(eq=False)

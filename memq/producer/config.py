@@ -26,7 +26,10 @@ class ProducerConfig(AuditedClientConfig):
     acks: Ack = Field(default=Ack.ALL, alias="acks")
     #: How long to wait for more records before sending a block.
     linger_ms: float = Field(default=20, ge=0, alias="linger.ms")
-    #: Largest block (request) in bytes, before compression; capped by the topic's limit.
+    #: Block (request) size in bytes, before compression; capped by the topic's limit. A
+    #: record larger than this goes in a block of its own, up to the topic's
+    #: max_block_bytes, as Kafka sends a record larger than batch.size alone: the largest
+    #: record is the topic's, whatever batch.size is.
     batch_size: int = Field(default=MiB, ge=1024, le=256 * MiB, alias="batch.size")
     #: Block codec: none, gzip, zstd or lz4 (the broker never recompresses); a block it
     #: would not shrink is stored uncompressed.

@@ -27,9 +27,16 @@ from memq.client.bootstrap import resolve_client
 from memq.client.stats import StatsCollector, split_stats_cb, stats_ticker
 from memq.config.base import check_timeout
 from memq.errors import ClientClosedError, ConfigError, MemqError, MessageTooLargeError
-from memq.formats.block import BLOCK_FRAME, INT64_MAX, INT64_MIN, Header
+from memq.formats.block import (
+    BLOCK_FRAME,
+    INT64_MAX,
+    INT64_MIN,
+    RECORD_OVERHEAD,
+    Header,
+    record_size,
+)
 from memq.formats.keys import validate_name
-from memq.producer.accumulator import RECORD_OVERHEAD, OpenBlock, SealedBlock, record_size
+from memq.producer.accumulator import OpenBlock, SealedBlock
 from memq.producer.config import ProducerConfig
 from memq.producer.filling import BlockFilling, BufferFullError, partly_queued
 from memq.producer.futures import BatchFuture, BlockResult, DeliveryCallback, RecordFuture
@@ -140,6 +147,10 @@ class Producer(BlockFilling):
         self._seq: dict[str, int] = {}
         self._busy: set[str] = set()
         self._limits: dict[str, int] = {}
+        #: The largest block a record may have to itself, by topic: the topic's
+        #: max_block_bytes (a record larger than batch.size goes in a block of its own,
+        #: as Kafka sends one larger than batch.size alone), else batch.size.
+        self._record_limits: dict[str, int] = {}
         #: Open blocks of the key lanes, by (topic, writer): shared by every thread, so
         #: a key's records keep the order of the produce() calls.
         self._keyed: dict[tuple[str, str], OpenBlock] = {}
@@ -209,8 +220,22 @@ class Producer(BlockFilling):
         limit = self.config.batch_size
         if tmeta.max_block_bytes:
             limit = min(limit, tmeta.max_block_bytes)
+        self._record_limits[topic] = max(limit, tmeta.max_block_bytes or 0)
         self._limits[topic] = limit
         return limit
+
+    def _largest(self, topic: str, size: int, limit: int) -> int:
+        """The block limit for a record of ``size`` bytes that does not fit ``limit`` (the
+        topic's block size): a block of its own, up to the topic's largest block; else
+        MessageTooLargeError, naming the largest record the topic takes."""
+        most = self._record_limits.get(topic, limit)
+        if size + BLOCK_FRAME > most:
+            raise MessageTooLargeError(
+                f"a record of {size} bytes is over the largest record topic {topic!r} takes: "
+                f"{most - BLOCK_FRAME} bytes of key, value and headers (its max_block_bytes "
+                f"{most} less {BLOCK_FRAME} of block framing)"
+            )
+        return size + BLOCK_FRAME
 
     def produce(
         self,
@@ -249,10 +274,7 @@ class Producer(BlockFilling):
                 return fut
         limit = self._limits.get(topic) or self._block_limit(topic)
         if size + BLOCK_FRAME > limit:
-            raise MessageTooLargeError(
-                f"record of {size} bytes does not fit in a block of at most {limit} bytes "
-                "(batch.size, capped by the topic's max_block_bytes)"
-            )
+            limit = self._largest(topic, size, limit)
         if k is not None:
             return self._produce_keyed(topic, ts, k, v, h, size, limit, on_delivery)
         if blocks is None:
@@ -307,14 +329,15 @@ class Producer(BlockFilling):
         if keys is None and n and lens[-1] == lens[0] and lens.count(lens[0]) == n:
             # (records of one size: their running totals are a range, nothing per record)
             size = lens[0] + RECORD_OVERHEAD
-            self._check_fits(size, limit)
+            if size + BLOCK_FRAME > limit:
+                limit = self._largest(topic, size, limit)
             totals: Sequence[int] = range(0, (n + 1) * size, size)
         else:
             sizes = list(map(operator.add, lens, repeat(RECORD_OVERHEAD)))
             if keys is not None:
                 sizes = list(map(operator.add, sizes, (len(k) if k else 0 for k in keys)))
-            if sizes:
-                self._check_fits(max(sizes), limit)
+            if sizes and max(sizes) + BLOCK_FRAME > limit:
+                limit = self._largest(topic, max(sizes), limit)
             if keys is not None and any(k is not None for k in keys):
                 return BatchFuture(
                     topic, self._produce_keyed_many(topic, ts, keys, values, sizes, limit)
@@ -326,14 +349,6 @@ class Producer(BlockFilling):
         except MemqError as e:  # (buffer.memory full, closed) after some records went in
             raise partly_queued(e, topic, parts, range(sum(c for _, c in parts)), n) from None
         return BatchFuture(topic, parts)
-
-    @staticmethod
-    def _check_fits(size: int, limit: int) -> None:
-        if size + BLOCK_FRAME > limit:
-            raise MessageTooLargeError(
-                f"a record of {size} bytes does not fit in a block of at most {limit} "
-                "bytes (batch.size, capped by the topic's max_block_bytes)"
-            )
 
     # --- completion ---------------------------------------------------------------------
 

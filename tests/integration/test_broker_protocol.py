@@ -38,6 +38,8 @@ from memq.protocol import Ack, encode_write_header
 from memq.run.broker import BrokerThread
 from memq.testing import broker_config
 
+from .helpers import read_objects
+
 
 @pytest.fixture
 def broker(memq_stack: StackState, s3_bucket: str) -> Iterator[BrokerThread]:
@@ -129,12 +131,30 @@ def test_oversize_block_and_record(
         topic_overrides={"max_block_bytes": 64 * 1024},
     )
     with BrokerThread(cfg) as b, Producer({"bootstrap.servers": b.address}) as p:
-        with pytest.raises(MessageTooLargeError, match="does not fit"):
+        with pytest.raises(
+            MessageTooLargeError, match=r"takes: 65456 bytes .*max_block_bytes 65536"
+        ):
             p.produce("small", b"x" * 100_000)
         for values in ([b"x" * 100_000] * 3, [b"x", b"x" * 100_000]):  # (one size, mixed)
             with pytest.raises(MessageTooLargeError, match="a record of 100"):
                 p.produce_batch("small", values)
         assert p.produce("small", b"x" * 1000).result(30).key
+    # The largest record is the topic's, not batch.size: a larger one goes in a block of
+    # its own (as Kafka sends a record larger than batch.size alone), read back whole.
+    with (
+        BrokerThread(cfg) as b,
+        Producer({"bootstrap.servers": b.address, "batch.size": 16_384}) as p,
+    ):
+        big = os.urandom(60_000)
+        key = p.produce("small", big).result(30).key
+        keyed = p.produce("small", big[::-1], key=b"k").result(30).key
+        assert p.produce_batch("small", [b"s", big, b"t"]).result(30) == 3
+        stored = [
+            r[2]
+            for o in read_objects(memq_stack.s3_client(), s3_bucket, topic="small")
+            for r in o.records
+        ]
+        assert stored.count(big) == 2 and stored.count(big[::-1]) == 1 and key and keyed
     _assert_still_serving(broker)
 
 

@@ -200,6 +200,25 @@ def test_an_oversized_body_is_413(
     assert read_objects(memq_stack.s3_client(), s3_bucket) == []
 
 
+def test_the_largest_record_is_the_topics_before_compression(
+    broker: BrokerThread, memq_stack: StackState, s3_bucket: str
+) -> None:
+    """As for the producer and the Kafka port: a record over the topic's max_block_bytes
+    (less the block framing) is refused even when it compresses to almost nothing."""
+    u = url(broker, "/v1/topics/lines/records")
+    status, doc = post(
+        u, gzip.compress(b"x" * 600_000 + b"\n"), "text/plain", **{"Content-Encoding": "gzip"}
+    )
+    assert status == 413 and doc["status"] == "MESSAGE_TOO_LARGE", doc
+    assert "largest record topic 'lines' takes: 524208 bytes" in doc["error"], doc
+    status, doc = post(
+        u, gzip.compress(b"y" * 500_000 + b"\n"), "text/plain", **{"Content-Encoding": "gzip"}
+    )
+    assert status == 200, doc
+    stored = [r[2] for o in read_objects(memq_stack.s3_client(), s3_bucket) for r in o.records]
+    assert stored == [b"y" * 500_000]
+
+
 def test_compressed_bodies_are_decoded_and_bad_ones_are_json_errors(
     broker: BrokerThread, memq_stack: StackState, s3_bucket: str
 ) -> None:

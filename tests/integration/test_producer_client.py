@@ -16,7 +16,7 @@ from memq.devstack import StackState
 from memq.devstack.faultproxy import FaultProxy
 from memq.errors import MemqError
 from memq.formats import encode_batch, encode_block, parse_object_key
-from memq.producer.accumulator import RECORD_OVERHEAD
+from memq.formats.block import RECORD_OVERHEAD
 from memq.run.broker import BrokerThread
 from memq.storage_handlers.s3 import S3Writer
 from memq.testing import broker_config

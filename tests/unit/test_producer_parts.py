@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 from memq.errors import RequestTimeoutError, StorageError
 from memq.formats import Compression, decode_block_header, encode_block, verify_block
-from memq.formats.block import BLOCK_FRAME, BLOCK_HEADER_SIZE
-from memq.producer.accumulator import OpenBlock, record_size
+from memq.formats.block import BLOCK_FRAME, BLOCK_HEADER_SIZE, record_size
+from memq.producer.accumulator import OpenBlock
 from memq.producer.futures import BlockResult
 from tests.unit.strategies import records
 
