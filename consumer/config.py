@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, Self
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from memq.config import AuditedClientConfig
 
@@ -19,6 +19,10 @@ BROKER_SIDE = (
 )
 #: The same, among the extra librdkafka settings (``kafka``).
 KAFKA_BROKER_SIDE = ("partition.assignment.strategy",)
+
+
+_RESET_ALIASES = {"smallest": "earliest", "beginning": "earliest", "earliest": "earliest",
+                  "largest": "latest", "end": "latest", "latest": "latest"}  # fmt: skip
 
 
 class ConsumerConfig(AuditedClientConfig):
@@ -113,6 +117,16 @@ class ConsumerConfig(AuditedClientConfig):
 
     def bootstrap_list(self) -> list[str]:
         return [s.strip() for s in (self.bootstrap_servers or "").split(",") if s.strip()]
+
+    @field_validator("auto_offset_reset", mode="before")
+    @classmethod
+    def _reset_alias(cls, v: Any) -> Any:
+        """librdkafka's other names for earliest and latest (kcat and Kafka users type
+        them); Java's none / librdkafka's error (fail without a committed offset) are
+        not supported and stay an error naming the two that are."""
+        if isinstance(v, str):
+            return _RESET_ALIASES.get(v.strip().lower(), v)
+        return v
 
     @model_validator(mode="after")
     def _check_backoff(self) -> Self:

@@ -577,9 +577,20 @@ class Consumer:
         self.close()
 
 
+#: Epoch milliseconds below this (before 1973-03-03) are refused as what they most likely
+#: are: epoch *seconds* (``int(time.time())``), which read as milliseconds is January 1970
+#: and would silently seek to the oldest data. The CLI and Spark refuse them the same way.
+_SECONDS_LIKE = 10**11
+
+
 def _check_timestamp(ts: int, what: str) -> None:
     if isinstance(ts, bool) or not isinstance(ts, int) or ts < 0:
         raise ConfigError(f"{what} needs a timestamp in epoch milliseconds >= 0, got {ts!r}")
+    if 0 < ts < _SECONDS_LIKE:
+        raise ConfigError(
+            f"{what}({ts}) looks like epoch seconds, read as milliseconds it is January "
+            "1970: give epoch milliseconds, e.g. int(time.time() * 1000) (0: the oldest)"
+        )
 
 
 def _topic_partitions(entries: Any, what: str) -> list[tuple[str, int]]:

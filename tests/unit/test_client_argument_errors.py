@@ -88,6 +88,9 @@ CONSUMER_CASES: list[tuple[Callable[[Any], object], type[Exception], str]] = [
     (lambda c: c.seek_to_time(None), ConfigError, "epoch milliseconds >= 0"),
     (lambda c: c.seek_to_time(-5), ConfigError, "epoch milliseconds >= 0"),
     (lambda c: c.seek_to_time("abc"), ConfigError, "epoch milliseconds >= 0"),
+    # int(time.time()): seconds, which as milliseconds sought to January 1970 (all data)
+    (lambda c: c.seek_to_time(1_795_579_721), ConfigError, "looks like epoch seconds"),
+    (lambda c: c.offsets_for_times([("t", 0, 1_795_579_721)]), ConfigError, "epoch seconds"),
     (lambda c: c.offsets_for_times([("t", 0, "x")]), ConfigError, "epoch milliseconds"),
     (lambda c: c.subscribe([]), ConfigError, "a topic name or a list"),  # AssertionError
     (lambda c: c.subscribe(None), ConfigError, "a topic name or a list"),
@@ -150,3 +153,22 @@ def test_empty_headers_stay_empty_not_none(producer: Any) -> None:
     producer.produce("t", b"x", headers=[])
     (acc,) = producer._local.blocks.values()
     assert acc.headers[-1] == ()
+
+
+@pytest.mark.parametrize(
+    ("given", "meant"),
+    [("smallest", "earliest"), ("beginning", "earliest"), ("largest", "latest"), ("end", "latest"),
+     ("Earliest", "earliest")],
+)  # fmt: skip
+def test_librdkafka_names_of_auto_offset_reset_are_taken(given: str, meant: str) -> None:
+    from memq.consumer.config import ConsumerConfig
+
+    cfg = ConsumerConfig.model_validate({"auto.offset.reset": given, "group.id": "g"})
+    assert cfg.auto_offset_reset == meant
+
+
+def test_auto_offset_reset_none_is_refused_naming_what_is_supported() -> None:
+    from memq.consumer.config import ConsumerConfig
+
+    with pytest.raises(ValueError, match="earliest"):
+        ConsumerConfig.model_validate({"auto.offset.reset": "none", "group.id": "g"})
