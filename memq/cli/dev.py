@@ -186,8 +186,15 @@ def logs(
     from memq.devstack import DevStack
 
     s = DevStack(state_dir)
-    state = s.require()
-    names = [*state.services, *(b["name"] for b in state.extra.get("brokers", []))]
+    names = s.log_names()
+    if s.load() is None:
+        err.print(
+            f"no local stack running under {s.state_dir}: the logs its last run left",
+            soft_wrap=True,
+            highlight=False,
+        )
+    if name != "all" and name not in names:
+        raise typer.BadParameter(f"{name!r} has no log here: one of all, {', '.join(names)}")
     chosen = names if name == "all" else [name]
     paths = {n: s.log_path(n) for n in chosen}
     for n, p in paths.items():

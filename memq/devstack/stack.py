@@ -392,8 +392,28 @@ class DevStack:
             write_profile(self.state_dir, None)
             return stopped
 
+    def left_logs(self) -> dict[str, Path]:
+        """The logs a stopped stack left in its state dir (``<name>/<name>.log``), by name."""
+        found = self.state_dir.glob("*/*.log") if self.state_dir.is_dir() else []
+        return {p.stem: p for p in sorted(found) if p.stem == p.parent.name}
+
+    def log_names(self) -> list[str]:
+        """Components with a log: the running stack's, else those a stopped one left."""
+        state = self.load()
+        if state is None:
+            if not (left := self.left_logs()):
+                self.require()  # (the error that says how to start one)
+            return list(left)
+        return [*state.services, *(c["name"] for c, _ in _components(state))]
+
     def log_path(self, name: str) -> Path:
-        state = self.require()
+        state = self.load()
+        if state is None:  # stopped: its logs stay until the next `up` of that component
+            left = self.left_logs()
+            if name in left:
+                return left[name]
+            self.require()
+            raise AssertionError("unreachable")
         if name in state.services and state.services[name].log:
             return Path(str(state.services[name].log))
         for c, _ in _components(state):

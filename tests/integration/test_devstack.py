@@ -152,6 +152,15 @@ def test_up_status_logs_restart_down(stack_dir: str) -> None:
     assert not (Path(d) / "stack.json").exists()
     gone = memq("dev", "status", "--json", "--state-dir", d, check=False)
     assert gone.returncode == 1 and json.loads(gone.stdout)["running"] is False
+    # The logs stay after `down`, where a post-mortem needs them.
+    left = memq("dev", "logs", "broker-1", "-n", "5000", "--state-dir", d)
+    assert "memq broker ready" in left.stdout and "last run left" in left.stderr
+    assert (
+        "Kafka Server started"
+        in memq("dev", "logs", "kafka", "-n", "5000", "--state-dir", d).stdout
+    )
+    unknown = memq("dev", "logs", "nope", "--state-dir", d, check=False)
+    assert unknown.returncode == 2 and "broker-1" in unknown.stderr
 
 
 def test_env_overrides_use_external_servers(memq_stack: StackState, tmp_path: Path) -> None:
