@@ -6,24 +6,25 @@ STAMP  := $(VENV)/.installed-stamp
 # Apache Kafka for the local stack, pinned by memq/devstack/jvm/pom.xml (KAFKA_HOME: yours).
 KAFKA_POM   := memq/devstack/jvm/pom.xml
 KAFKA_STAMP := $(VENV)/kafka/.fetched-stamp
-# Spark's S3A connector (hadoop-aws + its AWS SDK bundle, ~660 MB) for the backfill
+# Spark's S3A connector (hadoop-aws and the AWS SDK modules it uses, ~15 MB) for the backfill
 # benchmark's baseline, pinned by memq/devstack/jvm/spark-s3a.pom.xml.
 S3A_POM   := memq/devstack/jvm/spark-s3a.pom.xml
 S3A_STAMP := $(VENV)/spark-jars/.fetched-stamp
+TOOLS_STAMP := $(VENV)/.test-tools-stamp
 PYTEST_ARGS ?=
 # pytest-xdist workers, each with its own local stack: the suite mostly waits (batch
 # timers, group joins, JVM starts), so two workers on two cores halve its time.
 WORKERS ?= 2
 XDIST   := -n $(WORKERS) --dist loadfile
 
-.PHONY: help install demo test check lint typecheck unit integration bench chaos clean dev-up dev-down
+.PHONY: help install test-deps demo test check lint typecheck unit integration bench chaos clean dev-up dev-down
 
 help:
 	@echo "make demo   set up .venv, start the local stack, run the end-to-end demo, stop the stack"
 	@echo "make test   set up .venv, run ruff, import-linter, mypy and the whole pytest suite (real local servers)"
 	@echo "make check  the inner loop: lint, types and every test not marked slow (a few minutes)"
 	@echo "make chaos  fault-injection suite, hostile-client soak, overload, consumer state scripts, decoder fuzzing"
-	@echo "make bench  run the benchmark suite (~65 min; writes benchmarks/results/report.md, topics.json, kafka_ingest.json)"
+	@echo "make bench  run the benchmark suite (~70 min; writes benchmarks/results/report.md, topics.json, kafka_ingest.json)"
 	@echo "make clean  remove .venv, caches and the local stack's state"
 
 $(STAMP): pyproject.toml
@@ -31,34 +32,6 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev,spark]'
-	@# The audit dashboard's browser test drives Debian's chromium (never a downloaded one).
-	@if [ ! -x /usr/bin/chromium ]; then \
-		if [ "$$(id -u)" = 0 ]; then \
-			echo "installing chromium for the audit dashboard browser test"; \
-			{ apt-get update && apt-get install -y chromium; } || \
-				echo "warning: installing chromium failed: the audit dashboard browser test will fail"; \
-		else \
-			echo "note: /usr/bin/chromium is missing: the audit dashboard browser test needs it;"; \
-			echo "      install it as root: sudo apt-get install -y chromium"; \
-		fi; \
-	fi
-	@# kcat (Debian's): the Kafka listener's command-line client tests need it.
-	@if ! command -v kcat >/dev/null 2>&1; then \
-		if [ "$$(id -u)" = 0 ]; then \
-			apt-get install -y kcat >/dev/null 2>&1 || \
-				{ apt-get update >/dev/null 2>&1 && apt-get install -y kcat >/dev/null 2>&1; } || \
-				echo "warning: installing kcat failed: the kcat tests will fail"; \
-		else \
-			echo "note: kcat is missing: the kcat tests fail without it; install it as root: sudo apt-get install -y kcat"; \
-		fi; \
-	fi
-	@# kafkajs for the Kafka listener's Node.js client test (tests/integration/test_kafka_listener.py).
-	@if command -v npm >/dev/null 2>&1; then \
-		npm install --silent --no-audit --no-fund --prefix $(VENV)/node kafkajs || \
-			echo "warning: npm install kafkajs failed: the kafkajs test will be skipped"; \
-	else \
-		echo "note: npm is missing: the kafkajs test is skipped (apt-get install -y nodejs npm)"; \
-	fi
 	@touch $(STAMP)
 
 # Kafka's jars (93 of them, ~54 MB) into .venv/kafka/libs, once; nothing downloads at test time.
@@ -100,7 +73,45 @@ $(S3A_STAMP): $(S3A_POM) | $(STAMP)
 		{ echo "error: fetching Spark's S3A connector with mvn failed (above): check access to Maven Central (~/.m2/settings.xml)"; exit 1; }
 	@touch $(S3A_STAMP)
 
-install: $(STAMP) $(KAFKA_STAMP) $(S3A_STAMP)
+# Tools only the tests use (a browser, kcat, kafkajs): `make demo` does without them.
+$(TOOLS_STAMP): | $(STAMP)
+	@# The audit dashboard's browser test drives Debian's chromium (never a downloaded one).
+	@if [ ! -x /usr/bin/chromium ]; then \
+		if [ "$$(id -u)" = 0 ]; then \
+			echo "installing chromium for the audit dashboard browser test"; \
+			{ apt-get update && apt-get install -y chromium; } || \
+				echo "warning: installing chromium failed: the audit dashboard browser test will fail"; \
+		else \
+			echo "note: /usr/bin/chromium is missing: the audit dashboard browser test needs it;"; \
+			echo "      install it as root: sudo apt-get install -y chromium"; \
+		fi; \
+	fi
+	@# kcat (Debian's): the Kafka listener's command-line client tests need it.
+	@if ! command -v kcat >/dev/null 2>&1; then \
+		if [ "$$(id -u)" = 0 ]; then \
+			apt-get install -y kcat >/dev/null 2>&1 || \
+				{ apt-get update >/dev/null 2>&1 && apt-get install -y kcat >/dev/null 2>&1; } || \
+				echo "warning: installing kcat failed: the kcat tests will fail"; \
+		else \
+			echo "note: kcat is missing: the kcat tests fail without it; install it as root: sudo apt-get install -y kcat"; \
+		fi; \
+	fi
+	@# kafkajs for the Kafka listener's Node.js client test (tests/integration/test_kafka_listener.py).
+	@if ! command -v npm >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+		apt-get install -y nodejs npm >/dev/null 2>&1 || \
+			{ apt-get update >/dev/null 2>&1 && apt-get install -y nodejs npm >/dev/null 2>&1; } || true; \
+	fi
+	@if command -v npm >/dev/null 2>&1; then \
+		npm install --silent --no-audit --no-fund --prefix $(VENV)/node kafkajs || \
+			echo "warning: npm install kafkajs failed: the kafkajs test will fail"; \
+	else \
+		echo "note: npm is missing: the kafkajs test fails without it; install it as root: sudo apt-get install -y nodejs npm"; \
+	fi
+	@touch $(TOOLS_STAMP)
+
+install: $(STAMP) $(KAFKA_STAMP)
+
+test-deps: install $(S3A_STAMP) $(TOOLS_STAMP)
 
 demo: install
 	$(BIN)/memq demo
@@ -113,19 +124,19 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-test: lint typecheck
+test: test-deps lint typecheck
 	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
 
-check: lint typecheck
+check: test-deps lint typecheck
 	$(BIN)/python -m pytest $(XDIST) -m "not slow" $(PYTEST_ARGS)
 
-unit: install
+unit: test-deps
 	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
 
-integration: install
+integration: test-deps
 	$(BIN)/python -m pytest $(XDIST) tests/integration $(PYTEST_ARGS)
 
-bench: install
+bench: test-deps
 	$(BIN)/memq bench
 	$(BIN)/python benchmarks/bench_topics.py --reps 3
 	$(BIN)/python benchmarks/bench_kafka_ingest.py --reps 3

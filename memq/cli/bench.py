@@ -49,11 +49,12 @@ def bench(
         help="Keep the other sections of the existing suite.json (re-run only --only).",
     ),
 ) -> None:
-    """Run every benchmark on a private local stack (fixed seeds, about 40 minutes on 2
-    cores) and write benchmarks/results/report.md with min/median/max over the
-    repetitions, each throughput beside its same-run baseline, PNG plots and the cost
-    model. Servers named by MEMQ_S3_ENDPOINT / MEMQ_KAFKA_BOOTSTRAP / MEMQ_ZK_CONNECT are
-    used instead of starting them."""
+    """Run the benchmark suite on a private local stack (fixed seeds, about 45 minutes on
+    2 cores; `make bench` adds the many-topics and Kafka-port benchmarks, ~70 minutes)
+    and write benchmarks/results/report.md with min/median/max over the repetitions,
+    each throughput beside its same-run baseline, PNG plots and the cost model. Servers
+    named by MEMQ_S3_ENDPOINT / MEMQ_KAFKA_BOOTSTRAP / MEMQ_ZK_CONNECT are used instead
+    of starting them."""
     names = [n.strip() for n in only.split(",") if n.strip()]
     if not names or any(n not in SECTIONS for n in names):
         raise typer.BadParameter(f"--only {only!r}: name sections of {', '.join(SECTIONS)}")

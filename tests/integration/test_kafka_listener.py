@@ -677,9 +677,11 @@ def test_the_docs_kcat_example_runs_as_written(memq_stack: StackState, s3_bucket
 def test_kafkajs_producer_1000_records_read_back_exactly(broker: BrokerThread, topic: str) -> None:
     """The docs' kafkajs example (idempotent, acks=-1) through node."""
     if shutil.which("node") is None:
-        pytest.skip("node is not installed (apt-get install nodejs npm, then make install)")
+        pytest.fail(
+            "node is not installed: `make test-deps` as root installs it (apt-get install nodejs npm)"
+        )
     if not KAFKAJS.exists():
-        pytest.skip("kafkajs is not installed: make install (npm install --prefix .venv/node)")
+        pytest.fail("kafkajs is not installed: `make test-deps` (npm install --prefix .venv/node)")
     env = {**os.environ, "NODE_PATH": str(KAFKAJS.parent), "MEMQ_KAFKA": kafka_address(broker),
            "TOPIC": topic, "COUNT": "1000"}  # fmt: skip
     out = subprocess.run(["node", "-e", doc_block("js")], capture_output=True, text=True,
@@ -720,9 +722,11 @@ def test_kafkajs_producer_50k_records_with_timestamps_read_back_exactly(
     """kafkajs (idempotent, acks=-1), 50,000 records with their own timestamps: read back
     byte-exact by memq.Consumer and by the Spark source."""
     if shutil.which("node") is None:
-        pytest.skip("node is not installed (apt-get install nodejs npm, then make install)")
+        pytest.fail(
+            "node is not installed: `make test-deps` as root installs it (apt-get install nodejs npm)"
+        )
     if not KAFKAJS.exists():
-        pytest.skip("kafkajs is not installed: make install (npm install --prefix .venv/node)")
+        pytest.fail("kafkajs is not installed: `make test-deps` (npm install --prefix .venv/node)")
     env = {**os.environ, "NODE_PATH": str(KAFKAJS.parent), "MEMQ_KAFKA": kafka_address(broker),
            "TOPIC": topic}  # fmt: skip
     out = subprocess.run(["node", "-e", KAFKAJS_50K], capture_output=True, text=True,
