@@ -10,6 +10,7 @@ This package is named ``spark``; it never shadows ``pyspark`` (a different name)
 
 from memq.spark.datasource import MemqDataSource, MemqSource, plan_scan, register
 from memq.spark.dedup import drop_duplicate_blocks
+from memq.spark.local import local_stack_options
 from memq.spark.options import ScanOptions, parse_options
 from memq.spark.stats import ScanStats
 
@@ -19,6 +20,7 @@ __all__ = [
     "ScanOptions",
     "ScanStats",
     "drop_duplicate_blocks",
+    "local_stack_options",
     "parse_options",
     "plan_scan",
     "register",
