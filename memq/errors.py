@@ -27,6 +27,7 @@ __all__ = [
     "CorruptObjectError",
     "DevStackError",
     "FrameTooLargeError",
+    "HttpRequestOnFramedPortError",
     "IdempotencyKeyReusedError",
     "InvalidPositionError",
     "InvalidRequestError",
@@ -126,6 +127,10 @@ class CompressionError(MemqFormatError):
 
 class MalformedError(MemqFormatError):
     """Structurally invalid content: bad field values, inconsistent lengths, wrong types."""
+
+
+class HttpRequestOnFramedPortError(MalformedError):
+    """An HTTP request sent to a port that speaks the MemQ protocol (curl at the wrong port)."""
 
 
 class CorruptObjectError(MemqFormatError):

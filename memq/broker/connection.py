@@ -29,6 +29,7 @@ from memq.errors import (
     AuthenticationError,
     ChecksumError,
     FrameTooLargeError,
+    HttpRequestOnFramedPortError,
     InvalidRequestError,
     MemqError,
     MemqFormatError,
@@ -217,7 +218,14 @@ class BrokerConnection(FramedProtocol[RawFrame]):
         )
         self.server.metrics.errors.labels(error_kind(status)).inc()
         log.warning("closing %s: %s", self.peer, e)
-        self._send(encode_response(0, 0, status, f"{e}; closing the connection"))
+        if isinstance(e, HttpRequestOnFramedPortError):  # answered so that curl shows it
+            text = f"{e}\n".encode()
+            self._send(
+                b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n"
+                b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(text), text)
+            )
+        else:
+            self._send(encode_response(0, 0, status, f"{e}; closing the connection"))
         self.close()
 
     def _send(self, data: bytes) -> None:

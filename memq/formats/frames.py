@@ -35,6 +35,7 @@ from typing import Generic, TypeVar
 from memq.errors import (
     ChecksumError,
     FrameTooLargeError,
+    HttpRequestOnFramedPortError,
     MalformedError,
     MemqFormatError,
     StatusCode,
@@ -387,7 +388,19 @@ class FrameReceiver(PrefixedReceiver[RawFrame]):
 _HTTP_AS_LENGTH = int.from_bytes(b"HTTP", "big")
 
 
+#: HTTP request lines' first four bytes read as a frame length (curl at the MemQ port).
+_HTTP_METHODS_AS_LENGTH = {
+    int.from_bytes(m, "big")
+    for m in (b"GET ", b"POST", b"PUT ", b"HEAD", b"DELE", b"OPTI", b"PATC")
+}
+
+
 def _check_frame_length(length: int, max_frame_size: int) -> None:
+    if length in _HTTP_METHODS_AS_LENGTH:  # (it said: frame exceeds the maximum)
+        raise HttpRequestOnFramedPortError(
+            "an HTTP request on the broker's MemQ protocol port: HTTP ingest, /metrics and "
+            "/healthz are on its HTTP port (`memq dev status`: http; the broker's http_port)"
+        )
     if length == _HTTP_AS_LENGTH:  # (it said: send smaller blocks)
         raise MalformedError(
             "the peer answered in HTTP: that is a broker's HTTP port (metrics, ingest), "

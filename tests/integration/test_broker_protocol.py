@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import socket
+import urllib.error
 import urllib.request
 import zlib
 from collections.abc import Iterator
@@ -199,6 +200,17 @@ def test_garbage_truncated_and_oversized_frames(broker: BrokerThread) -> None:
     bad[-1] ^= 1
     resps, closed = _raw_exchange(broker.address, bytes(bad))
     assert closed and (resps[0].request_id, resps[0].status) == (9, StatusCode.CORRUPT_MESSAGE)
+    _assert_still_serving(broker)
+
+
+def test_http_on_the_memq_port_is_told_where_http_is(broker: BrokerThread) -> None:
+    """curl at the MemQ protocol port gets an HTTP 400 naming the HTTP port (it got a
+    closed connection, the broker logging a 1.2 GB frame)."""
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(f"http://{broker.address}/metrics", timeout=10)
+    assert e.value.code == 400
+    body = e.value.read().decode()
+    assert "MemQ protocol port" in body and "on its HTTP port" in body, body
     _assert_still_serving(broker)
 
 
