@@ -59,7 +59,28 @@ def _as_bytes(v: Any, what: str) -> bytes:
         return v.encode("utf-8")
     if isinstance(v, bytearray | memoryview):
         return bytes(v)
+    if v is None and what == "value":  # (a Kafka tombstone: MemQ has no compaction)
+        raise TypeError(
+            "record value must be bytes or str, not None: MemQ topics are not compacted, "
+            "so there are no tombstones to write"
+        )
     raise TypeError(f"record {what} must be bytes or str, not {type(v).__name__}")
+
+
+def _kafka_arguments(
+    on_delivery: DeliveryCallback | None, callback: DeliveryCallback | None, partition: Any
+) -> DeliveryCallback | None:
+    """confluent-kafka's produce() arguments: ``callback`` is ``on_delivery``; a partition
+    cannot be chosen (a clear error instead of a TypeError about the keyword)."""
+    if partition is not None:
+        raise ConfigError(
+            "produce(partition=...): MemQ writes are not partitioned (brokers batch every "
+            "record of a topic; partitions are for reading): leave it out, and give records "
+            "a key to keep their order"
+        )
+    if on_delivery is not None and callback is not None:
+        raise TypeError("give on_delivery or callback (the same thing), not both")
+    return on_delivery if on_delivery is not None else callback
 
 
 def _headers(h: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> tuple[Header, ...]:
@@ -245,10 +266,18 @@ class Producer(BlockFilling):
         headers: Mapping[str, Any] | Iterable[tuple[str, Any]] | None = None,
         timestamp: int | None = None,
         on_delivery: DeliveryCallback | None = None,
+        *,
+        callback: DeliveryCallback | None = None,
+        partition: int | None = None,
     ) -> RecordFuture:
-        """Queue one record; the future resolves when the chosen ``acks`` is satisfied."""
+        """Queue one record; the future resolves when the chosen ``acks`` is satisfied.
+
+        ``callback`` is confluent-kafka's other name for ``on_delivery``. ``partition`` is
+        refused: MemQ writes are not partitioned (a key keeps its records' order)."""
         if self._closed:
             raise ClientClosedError("producer is closed")
+        if callback is not None or partition is not None:
+            on_delivery = _kafka_arguments(on_delivery, callback, partition)
         v = value if type(value) is bytes else _as_bytes(value, "value")
         k = key if key is None or type(key) is bytes else _as_bytes(key, "key")
         h = None if headers is None else _headers(headers)  # ([] stays empty, not none)
@@ -474,6 +503,13 @@ class Producer(BlockFilling):
                     break
                 self._changed.wait(left)
             return self._pending_records
+
+    def poll(self, timeout: float | None = 0) -> int:
+        """confluent-kafka's ``poll()``, for code written for it: delivery callbacks run
+        on the producer's own thread as blocks are acknowledged, so there is nothing to
+        serve here; returns 0 at once (``timeout`` is checked, not waited)."""
+        check_timeout(timeout)
+        return 0
 
     def __len__(self) -> int:
         """Records produced but not yet acknowledged or failed."""

@@ -172,3 +172,17 @@ def test_auto_offset_reset_none_is_refused_naming_what_is_supported() -> None:
 
     with pytest.raises(ValueError, match="earliest"):
         ConsumerConfig.model_validate({"auto.offset.reset": "none", "group.id": "g"})
+
+
+def test_confluent_kafka_habits_on_produce(producer: Any) -> None:
+    """Code written for confluent-kafka: callback= works as on_delivery=, poll() is
+    harmless, a partition or a tombstone is a one-line error saying why."""
+    seen: list[Any] = []
+    fut = producer.produce("t", b"v", callback=lambda err, md: seen.append(err))
+    assert fut is not None and producer.poll(0) == 0 and producer.poll() == 0
+    with pytest.raises(ConfigError, match="not partitioned"):
+        producer.produce("t", b"v", partition=3)
+    with pytest.raises(TypeError, match="no tombstones"):
+        producer.produce("t", None)
+    with pytest.raises(TypeError, match="not both"):
+        producer.produce("t", b"v", on_delivery=print, callback=print)
