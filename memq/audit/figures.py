@@ -21,6 +21,8 @@ Figures for a group are computed over the blocks *produced* in the asked window:
   makes a block a duplicate nor a missing block consumed;
 - ``mismatches``: blocks whose consumer ``content_crc`` differs from the producer's;
 - ``unaudited``: consumed blocks with no produced record (audit off or dropped there);
+  a ``memq.Producer`` reports its blocks, a broker those it made of HTTP ingest and
+  Kafka-port writes (its ``audit`` section);
 - latency: hand-out time minus the block's oldest record timestamp, p50 and p99.
 
 Nothing here writes; every query reads through the connection callable it is given (the
