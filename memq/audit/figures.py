@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["Figures", "GroupFigures", "TopicFigures", "percentile"]
+__all__ = ["Figures", "GroupFigures", "TopicFigures", "percentile", "status_reason"]
 
 MINUTE_MS = 60_000
 
@@ -82,6 +82,8 @@ class GroupFigures:
     watch_start_ms: int | None = None
     last_consumed_ms: int | None = None
     status: str = "ok"
+    #: Why the status is not ``ok``, in words (None when it is).
+    reason: str | None = None
 
 
 @dataclass
@@ -95,6 +97,37 @@ class TopicFigures:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def _n(count: int, what: str) -> str:
+    return f"{count:,} {what}{'' if count == 1 else 's'}"
+
+
+def status_reason(g: GroupFigures, grace_ms: int) -> str | None:
+    """What makes ``g``'s status what it is, in words (None for ``ok``): every problem
+    found, the worst first."""
+    if g.status == "unconsumed":
+        return "the group handed out no block of this topic: nothing is proven for it"
+    parts = []
+    if g.missing_blocks:
+        parts.append(
+            f"{_n(g.missing_records, 'record')} in {_n(g.missing_blocks, 'block')} acked over "
+            f"{grace_ms / 1000:g} s ago never handed out (missing)"
+        )
+    if g.mismatches:
+        parts.append(f"{_n(g.mismatches, 'block')} handed out with other content (mismatch)")
+    if g.duplicate_blocks:
+        parts.append(
+            f"{_n(g.duplicate_blocks, 'block')} handed out more than once "
+            f"({_n(g.duplicate_records, 'extra record')})"
+        )
+    if g.unaudited_blocks:
+        parts.append(
+            f"{_n(g.unaudited_records, 'record')} in {_n(g.unaudited_blocks, 'block')} "
+            "consumed with no produced record (unaudited: their producer or broker does not "
+            "report, or its records were dropped)"
+        )
+    return "; ".join(parts) or None
 
 
 class Figures:
@@ -242,6 +275,7 @@ class Figures:
             gf.status = "warn"
         elif gf.last_consumed_ms is None:  # (never consumed this topic: nothing proven)
             gf.status = "unconsumed"
+        gf.reason = status_reason(gf, grace_ms)
         return gf
 
     def timeseries(

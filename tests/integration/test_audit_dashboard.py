@@ -474,3 +474,54 @@ def test_dashboard_renders_api_strings_as_text(
         raise watch.fail_with_context(e, "escape-failure") from e
     finally:
         context.close()
+
+
+def test_unaudited_blocks_have_a_column_and_a_warn_row_says_why(
+    memq_stack: StackState,
+    auditor: AuditorThread,
+    browser: Any,
+    unique_name: Callable[[str], str],
+    tmp_path: Path,
+) -> None:
+    """(issue 43) Records consumed with no produced audit record (their producer runs
+    without audit.enable) are counted in an Unaudited column, and the ``warn`` row shows
+    that reason."""
+    from playwright.sync_api import expect
+
+    address = memq_stack.extra["brokers"][0]["endpoint"]
+    topic, group = unique_name("unaud"), "unaud-group"
+    with Producer({"bootstrap.servers": address, "linger.ms": 5, "batch.size": 16 * 1024,
+                   "audit.enable": False}) as p:  # fmt: skip
+        futs = produce_burst(p, topic, 0, 700)
+    blocks = len({(f.result(0).producer_id, f.result(0).sequence) for f in futs})
+    assert blocks >= 2
+    with Consumer({"bootstrap.servers": address, "group.id": group, "audit.enable": True,
+                   "audit.topic": auditor.config.audit_topic, **GROUP_CONF}) as c:  # fmt: skip
+        c.subscribe(topic)
+        drain(c, 700)
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    watch = PageWatch(context.new_page(), tmp_path)
+    page = watch.page
+    try:
+        page.goto(f"{auditor.url}/?refresh=1")
+        row = row_locator(page, topic, group)
+        expect(row).to_have_count(1, timeout=WAIT_MS)
+        expect_cell(row, "unaudited", 700, "unaudited records")
+        expect(row.locator('td[data-col="unaudited"]')).to_have_attribute(
+            "data-blocks", str(blocks)
+        )
+        expect(row.locator('td[data-col="unaudited"]')).to_have_text("700")
+        expect_cell(row, "status", "warn", "status")
+        reason = (
+            f"700 records in {blocks} blocks consumed with no produced record (unaudited: "
+            "their producer or broker does not report, or its records were dropped)"
+        )
+        expect(row.get_by_test_id("status-reason")).to_have_text(reason)
+        expect(row.locator('td[data-col="status"]')).to_have_attribute("title", reason)
+        assert row.locator("td").count() == page.locator("#topics thead th").count() == 14
+        expect(page.locator("#topics thead th").nth(10)).to_have_text("Unaudited")
+        assert watch.errors == [], watch.errors
+    except Exception as e:
+        raise watch.fail_with_context(e, "unaudited-failure") from e
+    finally:
+        context.close()

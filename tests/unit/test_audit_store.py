@@ -581,3 +581,32 @@ def test_epoch_digits_rule_is_shared() -> None:
             parse_since(short, T0)
     with pytest.raises(ValueError, match="not ISO-8601"):
         time_to_ms("--5")
+
+
+def test_a_status_other_than_ok_says_why(store: AuditStore) -> None:
+    """(issue 43: a ``warn`` row showed no reason)"""
+    store.apply([produced(i, T0 + i * 1000) for i in range(3)])
+    store.apply([consumed(i, T0 + 20_000) for i in range(3)])
+    store.apply([consumed(0, T0 + 21_000), consumed(60, T0 + 20_000, records=40),
+                 consumed(61, T0 + 20_000, records=2)])  # fmt: skip
+    g = figures(store, T0 + 60_000).groups[0]
+    assert g.status == "warn"
+    assert g.reason == (
+        "1 block handed out more than once (100 extra records); 42 records in 2 blocks "
+        "consumed with no produced record (unaudited: their producer or broker does not "
+        "report, or its records were dropped)"
+    )
+    store.apply([produced(3, T0 + 3000, records=1)])
+    g = figures(store, T0 + 60_000, grace=10_000).groups[0]
+    assert g.status == "missing"
+    assert g.reason is not None and g.reason.startswith(
+        "1 record in 1 block acked over 10 s ago never handed out (missing); 1 block handed"
+    )
+    (ok,) = figures(store, T0 + 60_000, group="g2").groups
+    assert (ok.status, ok.reason) == (
+        "unconsumed",
+        "the group handed out no block of this topic: nothing is proven for it",
+    )
+    store.apply([produced(9, T0, topic="calm"), consumed(9, T0 + 1, topic="calm")])
+    (t,) = store.summary(now_ms=T0 + MIN, since_ms=T0 - MIN, grace_ms=0, topic="calm")
+    assert (t.groups[0].status, t.groups[0].reason) == ("ok", None)

@@ -19,6 +19,7 @@
   var CHART_HEIGHT = 220;
   var FETCH_TIMEOUT_MS = 15000;
   var TABLE_LIMIT = 500;
+  var TOPIC_COLS = 14; // columns of the topic table (the empty row spans them all)
   var COLORS = {
     produced: "#0969da",
     consumed: "#1a7f37",
@@ -274,16 +275,35 @@
           class: g.mismatches ? "num bad" : "num",
         })
       );
+      cells.push(
+        numCell("unaudited", g.unaudited_records, {
+          "data-blocks": g.unaudited_blocks,
+          title:
+            plural(g.unaudited_blocks, "block") +
+            " consumed with no produced audit record (their producer or broker does not report, or dropped its records)",
+          class: g.unaudited_records ? "num warn" : "num",
+        })
+      );
       cells.push(el("td", { class: "num", "data-col": "p50", "data-value": g.latency_p50_ms === null ? "" : g.latency_p50_ms }, [fmtMs(g.latency_p50_ms)]));
       cells.push(el("td", { class: "num", "data-col": "p99", "data-value": g.latency_p99_ms === null ? "" : g.latency_p99_ms }, [fmtMs(g.latency_p99_ms)]));
     } else {
       cells.push(el("td", { "data-col": "group", "data-value": "", class: "no-consumers" }, ["no consumers"]));
       cells.push(numCell("produced", t.produced_records, { title: plural(t.produced_blocks, "block") }));
-      ["consumed", "missing", "pending", "expired", "duplicates", "dropped", "mismatches", "p50", "p99"].forEach(function (c) {
+      ["consumed", "missing", "pending", "expired", "duplicates", "dropped", "mismatches", "unaudited", "p50", "p99"].forEach(function (c) {
         cells.push(el("td", { class: "num", "data-col": c, "data-value": "" }, ["\u2014"]));
       });
     }
-    cells.push(el("td", { class: "status status-" + status, "data-col": "status", "data-value": status }, [status]));
+    // A status other than ok says why, on the row itself (and in full on hover).
+    var reason = g ? g.reason : null;
+    var statusChildren = [el("span", { class: "status-word" }, [status])];
+    if (reason) statusChildren.push(el("span", { class: "reason", "data-testid": "status-reason" }, [reason]));
+    cells.push(
+      el(
+        "td",
+        { class: "status status-" + status, "data-col": "status", "data-value": status, "data-reason": reason || "", title: reason },
+        statusChildren
+      )
+    );
     var tr = el(
       "tr",
       {
@@ -325,7 +345,7 @@
     if (!trs.length) {
       trs.push(
         el("tr", { "data-testid": "topic-empty" }, [
-          el("td", { colspan: "12", class: "empty" }, [
+          el("td", { colspan: String(TOPIC_COLS), class: "empty" }, [
             "No audit records in this window yet (producers and consumers need audit.enable).",
           ]),
         ])
