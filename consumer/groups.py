@@ -144,11 +144,19 @@ class GroupAdmin:
         self._kafka: str | None = None
         self._names: dict[str, str] = {}  # notification topic -> MemQ topic
         self._partitions: dict[str, int] = {}  # MemQ topic -> notification partitions
+        #: The cluster's topics at the last full listing, and when it was asked for
+        #: (epoch ms); None before one.
+        self.listed: tuple[frozenset[str], int] | None = None
 
     # --- topology ---------------------------------------------------------------------
 
     def _load(self, topics: list[str] | None) -> None:
+        """Learn ``topics`` (None: every topic of the cluster, forgetting those it no
+        longer has: deleted ones)."""
+        asked = int(time.time() * 1000)  # (a topic created after this may be missing)
         meta = fetch_metadata(self.brokers, topics, timeout=self.timeout, security=self.security)
+        if topics is None:
+            self._names, self._partitions = {}, {}
         for name, t in meta.topics.items():
             if t.error is not None:
                 if topics is not None:
@@ -157,6 +165,8 @@ class GroupAdmin:
             self._names[t.notification["topic"]] = name
             self._partitions[name] = int(t.notification["partitions"])
             self._kafka = self._kafka or t.notification["bootstrap_servers"]
+        if topics is None:  # (every name the brokers list: one failing to load exists too)
+            self.listed = (frozenset(meta.topics), asked)
 
     def _note_topic(self, topic: str) -> str:
         if topic not in self._partitions:
@@ -531,6 +541,11 @@ class LagCollector:
         self.lags = lags
         self.last_error = None
         self.measured_ms = int(time.time() * 1000)
+
+    def listing(self) -> tuple[frozenset[str], int] | None:
+        """The MemQ topics the cluster had at the last measurement's listing, and when
+        (epoch ms); None before one."""
+        return self.admin.listed
 
     def snapshot(self) -> dict[str, Any]:
         """The last measurement as JSON: ``groups`` (one entry per group and topic),

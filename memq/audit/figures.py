@@ -136,11 +136,21 @@ class Figures:
     def __init__(self, conn: Callable[[], sqlite3.Connection]) -> None:
         self._conn = conn
 
-    def topics(self) -> list[str]:
-        rows = self._conn().execute(
-            "SELECT DISTINCT topic FROM produced UNION SELECT DISTINCT topic FROM consumed "
-            "UNION SELECT DISTINCT topic FROM dropped"
-        )
+    def topics(self, since_ms: int | None = None, now_ms: int | None = None) -> list[str]:
+        """Every topic with audit records; with ``since_ms``/``now_ms``, those with a
+        block acked, handed out or dropped in that window."""
+        if since_ms is None or now_ms is None:
+            rows = self._conn().execute(
+                "SELECT DISTINCT topic FROM produced UNION SELECT DISTINCT topic FROM consumed "
+                "UNION SELECT DISTINCT topic FROM dropped"
+            )
+        else:
+            rows = self._conn().execute(
+                "SELECT DISTINCT topic FROM produced WHERE acked_ms BETWEEN ?1 AND ?2 "
+                "UNION SELECT DISTINCT topic FROM consumed WHERE last_ms >= ?1 AND first_ms <= ?2 "
+                "UNION SELECT DISTINCT topic FROM dropped WHERE last_ms >= ?1 AND first_ms <= ?2",
+                (since_ms, now_ms),
+            )
         return sorted(str(t) for (t,) in rows)
 
     def groups(self, topic: str) -> list[str]:
@@ -175,13 +185,16 @@ class Figures:
         group: str | None = None,
         strict: bool = False,
     ) -> list[TopicFigures]:
-        """Figures per topic and group for blocks acked in ``[since_ms, now_ms]``.
+        """Figures per topic and group for blocks acked in ``[since_ms, now_ms]``: of
+        ``topic``, or of every topic with audit records in the window (one whose records
+        are all older is not listed: a deleted topic leaves the listing with its last
+        records).
 
         ``strict``: every block of the window must be consumed by every group (for groups
         that read from the beginning); otherwise a group's watch start applies.
         """
         out = []
-        for t in [topic] if topic else self.topics():
+        for t in [topic] if topic else self.topics(since_ms, now_ms):
             tf = TopicFigures(t)
             row = (
                 self._conn()

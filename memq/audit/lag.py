@@ -5,8 +5,9 @@ group exporter`` serves): the auditor cannot import the consumer (both are roles
 docs/architecture.md), so its composition root (:mod:`memq.run.auditor`) builds one
 from the ``lag`` section of the configuration and hands it over as a :class:`LagSource`.
 The auditor measures the audited topics every ``lag.interval_s`` on a thread of its own,
-registers the source with its ``/metrics`` registry and serves the last measurement at
-``/api/lag`` (see :func:`lag_document`).
+registers the source with its ``/metrics`` registry, serves the last measurement at
+``/api/lag`` (see :func:`lag_document`) and leaves topics the cluster no longer has out
+of its listing (see :meth:`LagSource.listing`).
 """
 
 from __future__ import annotations
@@ -49,6 +50,11 @@ class LagSource(Protocol):
 
     def collect(self) -> Iterable[Any]:
         """Prometheus metric families of the last measurement."""
+        ...
+
+    def listing(self) -> tuple[frozenset[str], int] | None:
+        """The MemQ topics the cluster had at the last measurement, and when (epoch ms);
+        None before one."""
         ...
 
 

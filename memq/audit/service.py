@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -29,7 +30,7 @@ from memq.audit.config import AuditorConfig
 from memq.audit.ingest import Ingester
 from memq.audit.lag import LagSource, lag_document, measure_forever
 from memq.audit.metrics import AuditorMetrics
-from memq.audit.store import AuditStore
+from memq.audit.store import AuditStore, TopicFigures
 from memq.audit.window import parse_duration_s, parse_since
 from memq.errors import ConfigError
 from memq.security import server_context
@@ -41,6 +42,12 @@ log = logging.getLogger(__name__)
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _last_record_ms(t: TopicFigures) -> int:
+    """When ``t``'s newest block was acked or handed out (-1: never)."""
+    times = [t.last_produced_ms, *(g.last_consumed_ms for g in t.groups)]
+    return max((ms for ms in times if ms is not None), default=-1)
 
 
 class Auditor:
@@ -61,6 +68,9 @@ class Auditor:
         #: Consumer-group lag (None: not measured); measured on a thread of its own so a
         #: slow Kafka never holds up the dashboard's queries.
         self.lag = lag
+        #: Every topic a listing of the cluster had (see :meth:`_existing`).
+        self._listed_ever: set[str] = set()
+        self._listed_lock = threading.Lock()
         self._lag_executor = ThreadPoolExecutor(1, thread_name_prefix="memq-audit-lag")
         if lag is not None:
             self.metrics.registry.register(cast(Collector, lag))
@@ -160,6 +170,8 @@ class Auditor:
             group=query.get("group") or None,
             strict=is_strict(query),
         )
+        if not query.get("topic"):
+            topics = self._existing(topics)
         return {
             "now_ms": now,
             "since_ms": since,
@@ -168,6 +180,21 @@ class Auditor:
             "topics": [t.to_dict() for t in topics],
             "ingest": self.status()["ingest"],
         }
+
+    def _existing(self, topics: list[TopicFigures]) -> list[TopicFigures]:
+        """``topics`` without those the cluster no longer has (deleted or purged): listed
+        by an earlier topic listing of the lag source, absent from its last one, and with
+        no audit record since that was taken (a topic audited since may be new again).
+        A topic no listing ever had stays (another cluster's, sharing the audit topic);
+        without a lag source nothing is known and every topic stays."""
+        listing = self.lag.listing() if self.lag is not None else None
+        if listing is None:
+            return topics
+        names, listed_ms = listing
+        with self._listed_lock:
+            self._listed_ever |= names
+            gone = {t.topic for t in topics if t.topic in self._listed_ever} - names
+        return [t for t in topics if t.topic not in gone or _last_record_ms(t) >= listed_ms]
 
     def status(self) -> dict[str, Any]:
         counters = self.store.counters()

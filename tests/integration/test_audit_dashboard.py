@@ -20,6 +20,7 @@ import pytest
 from memq import Consumer, Producer
 from memq.audit.config import AuditorConfig
 from memq.devstack import StackState
+from memq.devstack.procs import wait_for
 from memq.producer.futures import RecordFuture
 from memq.run.auditor import AuditorThread
 
@@ -525,3 +526,96 @@ def test_unaudited_blocks_have_a_column_and_a_warn_row_says_why(
         raise watch.fail_with_context(e, "unaudited-failure") from e
     finally:
         context.close()
+
+
+def test_a_deleted_topic_leaves_the_dashboard(
+    memq_stack: StackState,
+    browser: Any,
+    unique_name: Callable[[str], str],
+    tmp_path: Path,
+) -> None:
+    """(issue 43) ``memq topic delete --purge``: the topic's row goes (the auditor learns
+    the cluster's topics with its lag measurements), the others stay; asked for by name
+    it is still answered."""
+    import json
+    import subprocess
+    import sys
+    import urllib.request
+
+    from playwright.sync_api import expect
+
+    address = memq_stack.extra["brokers"][0]["endpoint"]
+    cfg = AuditorConfig(
+        kafka={"bootstrap_servers": memq_stack.kafka_bootstrap},  # type: ignore[arg-type]
+        audit_topic=unique_name("audit"),
+        db_path=tmp_path / "audit.db",
+        http_port=0,
+        grace_period_s=GRACE_S,
+        metrics_interval_s=1,
+        lag={"bootstrap_servers": address, "interval_s": 1},  # type: ignore[arg-type]
+    )
+    gone, stays, group = unique_name("gone"), unique_name("stays"), "del-group"
+    conf = {"bootstrap.servers": address, "audit.enable": True, "audit.topic": cfg.audit_topic}
+    aud = AuditorThread(cfg)
+    aud.start()
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    watch = PageWatch(context.new_page(), tmp_path)
+    page = watch.page
+    try:
+        with Producer({**conf, "linger.ms": 5}) as p:
+            for t in (gone, stays):
+                produce_burst(p, t, 0, 100)
+        with Consumer({**conf, "group.id": group, **GROUP_CONF}) as c:
+            c.subscribe([gone, stays])
+            drain(c, 200)
+            c.commit()  # (a group with committed offsets: the lag measurement lists it)
+        page.goto(f"{aud.url}/?refresh=1")
+        for t in (gone, stays):
+            expect(row_locator(page, t, group)).to_have_count(1, timeout=WAIT_MS)
+            expect_cell(row_locator(page, t, group), "consumed", 100, f"{t} consumed")
+        # A lag measurement (which lists the cluster's topics) saw both topics.
+        wait_for(
+            lambda: True if {gone, stays} <= {g["topic"] for g in json.loads(
+                urllib.request.urlopen(f"{aud.url}/api/lag", timeout=10).read())["groups"]
+                if g["group"] == group} else None,
+            timeout=30, what="the lag measurement lists both topics",
+        )  # fmt: skip
+        assert f'memq_audit_produced_records{{topic="{gone}"}}' in metrics_text(aud.url)
+
+        out = subprocess.run(
+            [sys.executable, "-m", "memq.cli.main", "topic", "delete", gone, "--yes", "--purge",
+             "-b", address],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stdout + out.stderr
+
+        expect(row_locator(page, gone, group), "the deleted topic stays listed").to_have_count(
+            0, timeout=WAIT_MS
+        )
+        expect(row_locator(page, stays, group)).to_have_count(1)
+        expect_cell(row_locator(page, stays, group), "status", "ok", "the other topic")
+        with urllib.request.urlopen(f"{aud.url}/api/summary?since=1h", timeout=10) as r:
+            listed = {t["topic"] for t in json.loads(r.read())["topics"]}
+        assert gone not in listed and stays in listed
+        with urllib.request.urlopen(
+            f"{aud.url}/api/summary?since=1h&topic={gone}", timeout=10
+        ) as r:
+            (by_name,) = json.loads(r.read())["topics"]
+        assert (by_name["topic"], by_name["produced_records"]) == (gone, 100)
+        wait_for(
+            lambda: True if f'topic="{gone}"' not in metrics_text(aud.url) else None,
+            timeout=30, what="the deleted topic's gauges removed",
+        )  # fmt: skip
+        assert watch.errors == [], watch.errors
+    except Exception as e:
+        raise watch.fail_with_context(e, "deleted-topic-failure") from e
+    finally:
+        context.close()
+        aud.stop()
+
+
+def metrics_text(url: str) -> str:
+    import urllib.request
+
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as r:
+        return r.read().decode()
