@@ -8,6 +8,7 @@ that object's records as missing with the object key in the drill-down.
 
 from __future__ import annotations
 
+import itertools
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -619,3 +620,95 @@ def metrics_text(url: str) -> str:
 
     with urllib.request.urlopen(f"{url}/metrics", timeout=10) as r:
         return r.read().decode()
+
+
+WINDOW_MS = {"15m": 15 * 60_000, "1h": 3_600_000, "6h": 6 * 3_600_000, "24h": 24 * 3_600_000}
+
+
+def test_time_axis_labels_never_overlap(
+    auditor: AuditorThread, browser: Any, tmp_path: Path
+) -> None:
+    """(issue 43) At every window and at chart widths from a phone's to a wide screen's,
+    no two tick labels of a chart's time axis overlap, measured as drawn (uPlot's tick
+    values and positions, the axis font), with room to spare: the gap between two labels
+    is at least half the wider one's width, so they stay apart in a system font half as
+    wide again as this browser's (``system-ui`` differs by platform; uPlot's own labels,
+    "6:10am" every 50 px, came within 4 px of each other here)."""
+    import json
+    from urllib.parse import parse_qs
+
+    now = int(time.time() * 1000)
+    topic, group = "axis-topic", "axis-group"
+    g = {k: 0 for k in ("consumed_blocks", "consumed_records", "missing_blocks",
+                        "missing_records", "pending_blocks", "pending_records", "expired_blocks",
+                        "expired_records", "duplicate_blocks", "duplicate_records",
+                        "dropped_duplicate_blocks", "dropped_duplicate_records", "mismatches",
+                        "unaudited_blocks", "unaudited_records")}  # fmt: skip
+    summary = {
+        "now_ms": now, "since_ms": now - 3_600_000, "grace_period_s": GRACE_S,
+        "topics": [{"topic": topic, "produced_blocks": 1, "produced_records": 10,
+                    "last_produced_ms": now, "status": "ok",
+                    "groups": [{**g, "group": group, "latency_p50_ms": 5,
+                                "latency_p99_ms": 9, "status": "ok", "reason": None}]}],
+        "ingest": {"produced_records": 1, "consumed_records": 1, "error": None},
+    }  # fmt: skip
+
+    def timeseries(route: Any) -> None:
+        since = parse_qs(urlsplit(route.request.url).query)["since"][0]
+        first = now - WINDOW_MS[since]
+        minutes = list(range(first - first % 60_000, now + 1, 60_000))
+        n = len(minutes)
+        series = [i % 7 for i in range(n)]
+        doc = {"topic": topic, "minutes": minutes, "produced": series, "groups": {group: {
+            "consumed": series, "missing": [0] * n, "pending": [0] * n,
+            "latency_p50_ms": series, "latency_p99_ms": series}}}  # fmt: skip
+        route.fulfill(body=json.dumps(doc), content_type="application/json")
+
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    context.route("**/api/summary*", lambda r: r.fulfill(json=summary))
+    context.route("**/api/timeseries*", timeseries)
+    context.route("**/api/missing*", lambda r: r.fulfill(json={"blocks": []}))
+    context.route("**/api/anomalies*", lambda r: r.fulfill(json={"blocks": []}))
+    watch = PageWatch(context.new_page(), tmp_path)
+    page = watch.page
+    overlaps: list[str] = []
+    checked = 0
+    try:
+        page.goto(f"{auditor.url}/?refresh=3600#since=15m&topic={topic}&group={group}")
+        for width in (420, 560, 700, 860, 1000, 1200, 1400, 1700):
+            page.set_viewport_size({"width": width, "height": 1000})
+            for since, span in WINDOW_MS.items():
+                page.select_option("#window", since)
+                for chart in CHARTS:
+                    # Drawn for this window and width: the scale spans the data, the
+                    # plot fills its box.
+                    page.wait_for_function(
+                        """([id, span]) => {
+                            const a = window.__memqXLabels(id);
+                            const box = document.getElementById(id);
+                            return a && a.labels.length > 1 && a.scale[0] === a.data[0]
+                                && a.scale[1] === a.data[1]
+                                && Math.abs((a.data[1] - a.data[0]) * 1000 - span) <= 60000
+                                && Math.abs(a.width - box.clientWidth) <= 2;
+                        }""",
+                        arg=[chart, span],
+                        timeout=WAIT_MS,
+                    )
+                    axis = page.evaluate("(id) => window.__memqXLabels(id)", chart)
+                    labels = sorted(axis["labels"], key=lambda lab: lab["left"])
+                    checked += 1
+                    for a, b in itertools.pairwise(labels):
+                        wider = max(a["right"] - a["left"], b["right"] - b["left"])
+                        if b["left"] - a["right"] < wider / 2:
+                            overlaps.append(
+                                f"{chart} at {width}px, {since}: {a['text']!r} "
+                                f"[{a['left']:.0f}, {a['right']:.0f}] and {b['text']!r} "
+                                f"[{b['left']:.0f}, {b['right']:.0f}]"
+                            )
+        assert checked == 8 * 4 * 3
+        assert overlaps == [], "\n".join(overlaps[:20])
+        assert watch.errors == [], watch.errors
+    except Exception as e:
+        raise watch.fail_with_context(e, "axis-failure") from e
+    finally:
+        context.close()

@@ -407,6 +407,57 @@
 
   // --- charts ---------------------------------------------------------------------------
 
+  // The time axis: labels are UTC "HH:MM" (the date, MM-DD, under the first one and under
+  // each that starts a day), ticks at least X_TICK_SPACE CSS px apart: twice a label's
+  // width, so labels stay apart at any chart width and window, whatever the platform's
+  // system-ui font (uPlot's defaults, "6:10am" labels every 50 px or more, leave gaps of
+  // 4 px with DejaVu Sans: a slightly wider font makes them overlap).
+  var X_TICK_SPACE = 72;
+
+  function two(n) {
+    return (n < 10 ? "0" : "") + n;
+  }
+
+  function xTickLabels(u, splits, axisIdx, space, incr) {
+    var prevDay = null;
+    return splits.map(function (sec) {
+      var d = new Date(sec * 1000);
+      var day = two(d.getUTCMonth() + 1) + "-" + two(d.getUTCDate());
+      if (incr >= 86400) return day;
+      var label = two(d.getUTCHours()) + ":" + two(d.getUTCMinutes());
+      if (day !== prevDay) label += "\n" + day;
+      prevDay = day;
+      return label;
+    });
+  }
+
+  /** Test hook: the time axis of chart ``id`` as last drawn: its scale, the data's x
+   * range, the plot width, and each tick label with its left and right edge (CSS px). */
+  window.__memqXLabels = function (id) {
+    var c = state.charts[id];
+    if (!c) return null;
+    var u = c.plot;
+    var axis = u.axes[0];
+    var ctx = document.createElement("canvas").getContext("2d");
+    ctx.font = axis.font[0];
+    var ratio = window.devicePixelRatio || 1;
+    var xs = u.data[0];
+    var labels = (axis._splits || []).map(function (v, i) {
+      var text = String(axis._values[i]);
+      var w = Math.max.apply(null, text.split("\n").map(function (line) {
+        return ctx.measureText(line).width / ratio;
+      }));
+      var x = u.valToPos(v, "x");
+      return { value: v, text: text, left: x - w / 2, right: x + w / 2 };
+    });
+    return {
+      scale: [u.scales.x.min, u.scales.x.max],
+      data: [xs[0], xs[xs.length - 1]],
+      width: u.width,
+      labels: labels,
+    };
+  };
+
   function yRange(u, min, max) {
     var hi = max === null || max === undefined || !isFinite(max) || max <= 0 ? 1 : max * 1.1;
     return [0, hi];
@@ -434,7 +485,7 @@
           return uPlot.tzDate(new Date(ts * 1000), "Etc/UTC");
         },
         scales: { x: { time: true }, y: { range: yRange } },
-        axes: [{}, { label: yLabel, size: 64 }],
+        axes: [{ space: X_TICK_SPACE, values: xTickLabels }, { label: yLabel, size: 64 }],
         series: [{ label: "minute (UTC)" }].concat(
           series.map(function (s) {
             return {
