@@ -6,7 +6,8 @@ WAL readers), never on the loop. With ``auth.enabled`` every page but ``/healthz
 ``/metrics`` needs a token (see :func:`auth_middleware`).
 
 API (all ``GET``, JSON; ``since`` is a duration back from now such as ``10m``, an
-ISO-8601 time or epoch ms, default ``1h``; ``grace_s`` overrides the grace period):
+ISO-8601 time or epoch ms, default ``1h``; ``grace_s`` overrides the grace period;
+every answer's fields, with examples, in docs/audit.md):
 
 - ``/api/summary?since=&topic=&group=&grace_s=&strict=``: per topic and group figures
   (``strict=1``: every block of the window must be consumed, see :mod:`memq.audit.figures`),
