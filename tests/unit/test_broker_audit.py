@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from memq.audit.client import RoutedAudit
 from memq.broker.auditing import BlockAudit
@@ -214,3 +217,20 @@ def test_broker_audit_is_off_unless_configured_and_follows_the_notifications_kaf
         env={"MEMQ__AUDIT__TOPIC": "x.audit"},
     )  # fmt: skip
     assert env.audit is not None and env.audit.topic == "x.audit"
+
+
+def test_the_audit_pages_broker_example_is_a_valid_broker_config() -> None:
+    doc = (Path(__file__).parents[2] / "docs" / "audit.md").read_text()
+    (block,) = [b for b in re.findall(r"```yaml\n(.*?)```", doc, re.S) if b.startswith("audit:")]
+    cfg = load_broker_config(
+        data={"broker_id": "b1", **yaml.safe_load(block),
+              "topic_defaults": {"storage": {"type": "devnull"},
+                                 "notification": {"bootstrap_servers": "kafka-n:9092"}}},
+        env={},
+    )  # fmt: skip
+    assert cfg.audit is not None
+    assert (cfg.audit.topic, cfg.audit.bootstrap_servers, cfg.audit.kafka) == (
+        "memq.audit",
+        None,
+        {},
+    )
