@@ -144,11 +144,37 @@ class GroupAdmin:
         self._kafka: str | None = None
         self._names: dict[str, str] = {}  # notification topic -> MemQ topic
         self._partitions: dict[str, int] = {}  # MemQ topic -> notification partitions
+        #: The cluster's topics at the last full listing, and when it was asked for
+        #: (epoch ms); None before one.
+        self.listed: tuple[frozenset[str], int] | None = None
+        # The notification Kafka's clients, made once and kept until close(): a lag
+        # collector measures every few seconds, and a client per measurement meant a
+        # new librdkafka instance (threads, connections, a destroy to wait out) each time.
+        self._admin_client: Any = None
+        self._probe_client: NotificationProbe | None = None
+
+    def close(self) -> None:
+        """Release the Kafka clients (again: nothing to do)."""
+        probe, self._probe_client = self._probe_client, None
+        self._admin_client = None  # (confluent-kafka's AdminClient has no close)
+        if probe is not None:
+            probe.close()
+
+    def __enter__(self) -> GroupAdmin:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # --- topology ---------------------------------------------------------------------
 
     def _load(self, topics: list[str] | None) -> None:
+        """Learn ``topics`` (None: every topic of the cluster, forgetting those it no
+        longer has: deleted ones)."""
+        asked = int(time.time() * 1000)  # (a topic created after this may be missing)
         meta = fetch_metadata(self.brokers, topics, timeout=self.timeout, security=self.security)
+        if topics is None:
+            self._names, self._partitions = {}, {}
         for name, t in meta.topics.items():
             if t.error is not None:
                 if topics is not None:
@@ -157,6 +183,8 @@ class GroupAdmin:
             self._names[t.notification["topic"]] = name
             self._partitions[name] = int(t.notification["partitions"])
             self._kafka = self._kafka or t.notification["bootstrap_servers"]
+        if topics is None:  # (every name the brokers list: one failing to load exists too)
+            self.listed = (frozenset(meta.topics), asked)
 
     def _note_topic(self, topic: str) -> str:
         if topic not in self._partitions:
@@ -164,27 +192,37 @@ class GroupAdmin:
         return next(nt for nt, t in self._names.items() if t == topic)
 
     def _admin(self) -> Any:
+        """The notification Kafka's admin client (made on first use, then kept)."""
         from confluent_kafka.admin import AdminClient
 
+        if self._admin_client is not None:
+            return self._admin_client
         if self._kafka is None:
             self._load(None)
         if self._kafka is None:
             raise MemqError("the cluster has no topics yet: no Kafka to ask about groups")
         try:
-            return AdminClient({**self._kafka_conf, "bootstrap.servers": self._kafka})
+            conf: dict[str, Any] = {**self._kafka_conf, "bootstrap.servers": self._kafka}
+            conf["logger"] = log  # (librdkafka's own logs through Python logging)
+            self._admin_client = AdminClient(conf)
         except Exception as e:  # a bad setting: KafkaException(_INVALID_ARG)
             raise ConfigError(f"notification Kafka client settings: {_kafka_message(e)}") from None
+        return self._admin_client
 
     def _probe(self) -> NotificationProbe:
+        """The notification reader (made on first use, then kept until close())."""
         assert self._kafka is not None
+        if self._probe_client is not None:
+            return self._probe_client
         try:
-            return NotificationProbe(
+            self._probe_client = NotificationProbe(
                 {**self._kafka_conf, "bootstrap.servers": self._kafka}, timeout=self.timeout
             )
         except MemqError:
             raise
         except Exception as e:
             raise ConfigError(f"notification Kafka client settings: {_kafka_message(e)}") from None
+        return self._probe_client
 
     # --- reads --------------------------------------------------------------------------
 
@@ -323,10 +361,7 @@ class GroupAdmin:
         self, topics: Sequence[str], committed: dict[tuple[str, int], int]
     ) -> dict[str, list[PartitionLag]]:
         probe = self._probe()
-        try:
-            return {t: self._lags(probe, t, committed) for t in topics}
-        finally:
-            probe.close()
+        return {t: self._lags(probe, t, committed) for t in topics}
 
     def _lags(
         self, probe: NotificationProbe, topic: str, committed: dict[tuple[str, int], int]
@@ -380,35 +415,32 @@ class GroupAdmin:
         committed = self._committed(admin, group)
         plan = ResetPlan(group, topic)
         probe = self._probe()
-        try:
-            parts = range(self._partitions[topic])
-            if to == "message-id":
-                mid = MessageId.parse(str(value))
-                if mid.partition not in parts:
-                    raise InvalidRequestError(
-                        f"message id {value}: topic {topic!r} has partitions 0-{parts[-1]}"
-                    )
-                parts = range(mid.partition, mid.partition + 1)
-            for p in parts:
-                low, high = probe.watermarks(nt, p)
-                cur = committed.get((nt, p))
-                if to == "earliest":
-                    new = low
-                elif to == "latest":
-                    new = high
-                elif to == "datetime":
-                    new = first_offset_at(probe, nt, p, int(value or 0))
-                elif to == "shift":
-                    new = min(high, max(low, (cur if cur is not None else low) + int(value or 0)))
-                elif to == "message-id":
-                    new = self._message_id_offset(probe, nt, p, low, high, str(value), plan)
-                else:
-                    raise InvalidRequestError(
-                        f"unknown reset {to!r}: use earliest, latest, datetime, shift or message-id"
-                    )
-                plan.moves[p] = (cur, new)
-        finally:
-            probe.close()
+        parts = range(self._partitions[topic])
+        if to == "message-id":
+            mid = MessageId.parse(str(value))
+            if mid.partition not in parts:
+                raise InvalidRequestError(
+                    f"message id {value}: topic {topic!r} has partitions 0-{parts[-1]}"
+                )
+            parts = range(mid.partition, mid.partition + 1)
+        for p in parts:
+            low, high = probe.watermarks(nt, p)
+            cur = committed.get((nt, p))
+            if to == "earliest":
+                new = low
+            elif to == "latest":
+                new = high
+            elif to == "datetime":
+                new = first_offset_at(probe, nt, p, int(value or 0))
+            elif to == "shift":
+                new = min(high, max(low, (cur if cur is not None else low) + int(value or 0)))
+            elif to == "message-id":
+                new = self._message_id_offset(probe, nt, p, low, high, str(value), plan)
+            else:
+                raise InvalidRequestError(
+                    f"unknown reset {to!r}: use earliest, latest, datetime, shift or message-id"
+                )
+            plan.moves[p] = (cur, new)
         if execute:
             self._alter(admin, group, nt, plan)
             plan.executed = True
@@ -531,6 +563,15 @@ class LagCollector:
         self.lags = lags
         self.last_error = None
         self.measured_ms = int(time.time() * 1000)
+
+    def listing(self) -> tuple[frozenset[str], int] | None:
+        """The MemQ topics the cluster had at the last measurement's listing, and when
+        (epoch ms); None before one."""
+        return self.admin.listed
+
+    def close(self) -> None:
+        """Release the Kafka clients (on the thread that refreshes, between refreshes)."""
+        self.admin.close()
 
     def snapshot(self) -> dict[str, Any]:
         """The last measurement as JSON: ``groups`` (one entry per group and topic),

@@ -19,6 +19,7 @@ from pydantic_core import PydanticUndefined
 from memq.acl import AclEntry
 from memq.config import (
     BatchConfig,
+    BrokerAuditConfig,
     BrokerConfig,
     FilesystemConfig,
     NotificationConfig,
@@ -155,6 +156,7 @@ def render() -> str:
         _table("Filesystem storage (`storage.filesystem`)", FilesystemConfig),
         _table("Notifications (`notification`)", NotificationConfig),
         _table("ZooKeeper (`zookeeper`)", ZooKeeperConfig),
+        _table("Broker audit (`audit`)", BrokerAuditConfig),
         _table("TLS (`tls`)", TlsConfig, "See docs/security.md."),
         _table(
             "Authentication (`auth`)",

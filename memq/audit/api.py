@@ -6,12 +6,14 @@ WAL readers), never on the loop. With ``auth.enabled`` every page but ``/healthz
 ``/metrics`` needs a token (see :func:`auth_middleware`).
 
 API (all ``GET``, JSON; ``since`` is a duration back from now such as ``10m``, an
-ISO-8601 time or epoch ms, default ``1h``; ``grace_s`` overrides the grace period):
+ISO-8601 time or epoch ms, default ``1h``; ``grace_s`` overrides the grace period;
+every answer's fields, with examples, in docs/audit.md):
 
 - ``/api/summary?since=&topic=&group=&grace_s=&strict=``: per topic and group figures
   (``strict=1``: every block of the window must be consumed, see :mod:`memq.audit.figures`),
-  among them ``duplicate_blocks``/``duplicate_records`` (handed out more than once) and
-  ``dropped_duplicate_blocks``/``dropped_duplicate_records`` (copies the consumer dropped);
+  among them ``duplicate_blocks``/``duplicate_records`` (handed out more than once),
+  ``dropped_duplicate_blocks``/``dropped_duplicate_records`` (copies the consumer dropped),
+  ``unaudited_blocks``/``unaudited_records`` and the ``status`` with its ``reason``;
 - ``/api/timeseries?topic=&since=&group=&grace_s=``: per-minute series;
 - ``/api/missing?topic=&group=&since=&limit=&grace_s=``: missing blocks with the
   object keys that should hold them;

@@ -72,7 +72,8 @@ class AuditEmitter:
             self._drop("the emitter is closed")
             return
         try:
-            value = encode_audit({**fields, "client": self.client})
+            # (a record may name its own client: a broker tells how the block came in)
+            value = encode_audit({"client": self.client, **fields})
             self._producer.produce(self.topic, value, on_delivery=self._delivered)
         except BufferError:
             self._drop("the audit queue is full")

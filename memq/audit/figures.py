@@ -21,6 +21,8 @@ Figures for a group are computed over the blocks *produced* in the asked window:
   makes a block a duplicate nor a missing block consumed;
 - ``mismatches``: blocks whose consumer ``content_crc`` differs from the producer's;
 - ``unaudited``: consumed blocks with no produced record (audit off or dropped there);
+  a ``memq.Producer`` reports its blocks, a broker those it made of HTTP ingest and
+  Kafka-port writes (its ``audit`` section);
 - latency: hand-out time minus the block's oldest record timestamp, p50 and p99.
 
 Nothing here writes; every query reads through the connection callable it is given (the
@@ -34,7 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["Figures", "GroupFigures", "TopicFigures", "percentile"]
+__all__ = ["Figures", "GroupFigures", "TopicFigures", "percentile", "status_reason"]
 
 MINUTE_MS = 60_000
 
@@ -80,6 +82,8 @@ class GroupFigures:
     watch_start_ms: int | None = None
     last_consumed_ms: int | None = None
     status: str = "ok"
+    #: Why the status is not ``ok``, in words (None when it is).
+    reason: str | None = None
 
 
 @dataclass
@@ -95,17 +99,58 @@ class TopicFigures:
         return asdict(self)
 
 
+def _n(count: int, what: str) -> str:
+    return f"{count:,} {what}{'' if count == 1 else 's'}"
+
+
+def status_reason(g: GroupFigures, grace_ms: int) -> str | None:
+    """What makes ``g``'s status what it is, in words (None for ``ok``): every problem
+    found, the worst first."""
+    if g.status == "unconsumed":
+        return "the group handed out no block of this topic: nothing is proven for it"
+    parts = []
+    if g.missing_blocks:
+        parts.append(
+            f"{_n(g.missing_records, 'record')} in {_n(g.missing_blocks, 'block')} acked over "
+            f"{grace_ms / 1000:g} s ago never handed out (missing)"
+        )
+    if g.mismatches:
+        parts.append(f"{_n(g.mismatches, 'block')} handed out with other content (mismatch)")
+    if g.duplicate_blocks:
+        parts.append(
+            f"{_n(g.duplicate_blocks, 'block')} handed out more than once "
+            f"({_n(g.duplicate_records, 'extra record')})"
+        )
+    if g.unaudited_blocks:
+        parts.append(
+            f"{_n(g.unaudited_records, 'record')} in {_n(g.unaudited_blocks, 'block')} "
+            "consumed with no produced record (unaudited: their producer or broker does not "
+            "report, or its records were dropped)"
+        )
+    return "; ".join(parts) or None
+
+
 class Figures:
     """The figures of one auditor database, read through ``conn`` (one per thread)."""
 
     def __init__(self, conn: Callable[[], sqlite3.Connection]) -> None:
         self._conn = conn
 
-    def topics(self) -> list[str]:
-        rows = self._conn().execute(
-            "SELECT DISTINCT topic FROM produced UNION SELECT DISTINCT topic FROM consumed "
-            "UNION SELECT DISTINCT topic FROM dropped"
-        )
+    def topics(self, since_ms: int | None = None, now_ms: int | None = None) -> list[str]:
+        """Every topic with audit records; with ``since_ms``/``now_ms``, those with a
+        block acked, handed out or dropped in that window."""
+        if since_ms is None or now_ms is None:
+            rows = self._conn().execute(
+                "SELECT DISTINCT topic FROM produced UNION SELECT DISTINCT topic FROM consumed "
+                "UNION SELECT DISTINCT topic FROM dropped"
+            )
+        else:
+            rows = self._conn().execute(
+                "SELECT DISTINCT topic FROM produced WHERE acked_ms BETWEEN ?1 AND ?2 "
+                "UNION SELECT DISTINCT topic FROM consumed WHERE last_ms >= ?1 AND first_ms <= ?2 "
+                "UNION SELECT DISTINCT topic FROM dropped WHERE last_ms >= ?1 AND first_ms <= ?2",
+                (since_ms, now_ms),
+            )
         return sorted(str(t) for (t,) in rows)
 
     def groups(self, topic: str) -> list[str]:
@@ -140,13 +185,16 @@ class Figures:
         group: str | None = None,
         strict: bool = False,
     ) -> list[TopicFigures]:
-        """Figures per topic and group for blocks acked in ``[since_ms, now_ms]``.
+        """Figures per topic and group for blocks acked in ``[since_ms, now_ms]``: of
+        ``topic``, or of every topic with audit records in the window (one whose records
+        are all older is not listed: a deleted topic leaves the listing with its last
+        records).
 
         ``strict``: every block of the window must be consumed by every group (for groups
         that read from the beginning); otherwise a group's watch start applies.
         """
         out = []
-        for t in [topic] if topic else self.topics():
+        for t in [topic] if topic else self.topics(since_ms, now_ms):
             tf = TopicFigures(t)
             row = (
                 self._conn()
@@ -240,6 +288,7 @@ class Figures:
             gf.status = "warn"
         elif gf.last_consumed_ms is None:  # (never consumed this topic: nothing proven)
             gf.status = "unconsumed"
+        gf.reason = status_reason(gf, grace_ms)
         return gf
 
     def timeseries(

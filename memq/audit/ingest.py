@@ -150,11 +150,19 @@ class Ingester:
         from memq.storage_handlers.kafka_sink import ensure_topic
 
         cfg = self.config
+        # One consumer and one admin client for the thread's life (a client per attempt
+        # or per check is a new librdkafka instance each time: threads, connections).
+        try:
+            admin = self._kafka_admin()
+        except Exception as e:  # a bad librdkafka setting: nothing to retry
+            self.error = f"audit Kafka client settings: {e}"
+            log.error("auditor: %s", self.error)
+            return
         while not self._stop.is_set():  # the audit topic must exist before we assign it
             try:
                 ensure_topic(  # (short: a stop() waits for an attempt to end)
                     cfg.kafka.bootstrap_servers, cfg.audit_topic, 1,
-                    extra=dict(cfg.kafka.consumer), what="audit topic", timeout=5.0,
+                    what="audit topic", timeout=5.0, admin=admin,
                 )  # fmt: skip
                 break
             except Exception as e:
@@ -162,8 +170,9 @@ class Ingester:
                 log.warning("auditor: %s", self.error)
                 self.last_loop = time.monotonic()
                 self._stop.wait(2.0)
+        if self._stop.is_set():
+            return
         consumer = self._kafka_consumer()
-        admin = self._kafka_admin()
         next_refresh = 0.0
         next_prune = time.monotonic() + 5.0
         try:

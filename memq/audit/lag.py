@@ -4,22 +4,22 @@ The measurement itself is :class:`memq.consumer.groups.LagCollector` (the one ``
 group exporter`` serves): the auditor cannot import the consumer (both are roles, see
 docs/architecture.md), so its composition root (:mod:`memq.run.auditor`) builds one
 from the ``lag`` section of the configuration and hands it over as a :class:`LagSource`.
-The auditor measures the audited topics every ``lag.interval_s`` on a thread of its own,
-registers the source with its ``/metrics`` registry and serves the last measurement at
-``/api/lag`` (see :func:`lag_document`).
+The auditor measures the audited topics every ``lag.interval_s`` on a thread of its own
+(:func:`measure_until`), registers the source with its ``/metrics`` registry, serves the
+last measurement at ``/api/lag`` (see :func:`lag_document`) and leaves topics the
+cluster no longer has out of its listing (see :meth:`LagSource.listing`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
+import threading
 from collections.abc import Callable, Collection, Iterable
-from concurrent.futures import Executor
 from typing import Any, Protocol
 
 from memq.audit.config import AuditLagConfig
 
-__all__ = ["LagSource", "lag_document", "measure_forever"]
+__all__ = ["LagSource", "lag_document", "measure_until"]
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,15 @@ class LagSource(Protocol):
         """Prometheus metric families of the last measurement."""
         ...
 
+    def listing(self) -> tuple[frozenset[str], int] | None:
+        """The MemQ topics the cluster had at the last measurement, and when (epoch ms);
+        None before one."""
+        ...
+
+    def close(self) -> None:
+        """Release the Kafka clients (never while :meth:`refresh` runs)."""
+        ...
+
 
 def lag_document(source: LagSource | None, config: AuditLagConfig) -> dict[str, Any]:
     """``/api/lag``: the last measurement with the settings it was taken with.
@@ -72,23 +81,26 @@ def lag_document(source: LagSource | None, config: AuditLagConfig) -> dict[str, 
     return {**doc, **snap, "hint": FAILED_HINT if snap.get("error") else None}
 
 
-async def measure_forever(
+def measure_until(
     source: LagSource,
     config: AuditLagConfig,
-    executor: Executor,
+    stop: threading.Event,
     audited: Callable[[], Collection[str]],
 ) -> None:
-    """Refresh ``source`` every ``config.interval_s`` on ``executor``: the configured
-    topics, or by default the ``audited`` ones (the store's)."""
-    loop = asyncio.get_running_loop()
-
-    def once() -> None:
-        topics = set(config.topics) if config.topics else set(audited())
-        source.refresh(topics)
-
-    while True:
+    """Refresh ``source`` every ``config.interval_s`` until ``stop`` is set (the
+    configured topics, or by default the ``audited`` ones, the store's), then close it:
+    the target of the auditor's lag thread, so the source's clients are made, used and
+    released on that one thread, and a measurement under way when the auditor stops is
+    never waited for (the thread is a daemon; each request has its deadline)."""
+    try:
+        while not stop.is_set():
+            try:
+                source.refresh(set(config.topics) if config.topics else set(audited()))
+            except Exception:  # the source reports its own failures; this is a bug
+                log.exception("measuring consumer lag failed")
+            stop.wait(config.interval_s)
+    finally:
         try:
-            await loop.run_in_executor(executor, once)
-        except Exception:  # the source reports its own failures; this is a bug
-            log.exception("measuring consumer lag failed")
-        await asyncio.sleep(config.interval_s)
+            source.close()
+        except Exception:
+            log.exception("closing the consumer lag clients failed")

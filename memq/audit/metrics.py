@@ -66,17 +66,32 @@ class AuditorMetrics:
             "memq_audit_latency_p99_seconds", "End-to-end latency p99 (metrics window)",
             labels, registry=r,
         )  # fmt: skip
+        self._group_gauges = (
+            self.missing_blocks, self.missing_records, self.pending_records,
+            self.duplicate_blocks, self.dropped_duplicate_blocks,
+            self.dropped_duplicate_records, self.mismatches, self.consumed_records,
+            self.latency_p99,
+        )  # fmt: skip
+        #: The topics and (topic, group) pairs the gauges hold series of.
+        self._topics: set[str] = set()
+        self._groups: set[tuple[str, str]] = set()
         self.last_ingest = Gauge(
             "memq_audit_last_ingest_timestamp_seconds", "When the ingest loop last ran",
             registry=r,
         )  # fmt: skip
 
     def set_figures(self, topics: Iterable[Mapping[str, Any]]) -> None:
-        """Set the gauges from the ``topics`` of a summary (``TopicFigures.to_dict()``)."""
+        """Set the gauges from the ``topics`` of a summary (``TopicFigures.to_dict()``);
+        the series of a topic or group it no longer lists (nothing in the window, or
+        the topic deleted) are removed, not left at their last value."""
+        seen_topics: set[str] = set()
+        seen: set[tuple[str, str]] = set()
         for t in topics:
+            seen_topics.add(t["topic"])
             self.produced_records.labels(t["topic"]).set(t["produced_records"])
             for g in t["groups"]:
                 lab = (t["topic"], g["group"])
+                seen.add(lab)
                 self.missing_blocks.labels(*lab).set(g["missing_blocks"])
                 self.missing_records.labels(*lab).set(g["missing_records"])
                 self.pending_records.labels(*lab).set(g["pending_records"])
@@ -87,3 +102,9 @@ class AuditorMetrics:
                 self.consumed_records.labels(*lab).set(g["consumed_records"])
                 p99 = g["latency_p99_ms"]
                 self.latency_p99.labels(*lab).set(p99 / 1000 if p99 is not None else 0)
+        for topic in self._topics - seen_topics:
+            self.produced_records.remove(topic)
+        for lab in self._groups - seen:
+            for gauge in self._group_gauges:
+                gauge.remove(*lab)
+        self._topics, self._groups = seen_topics, seen

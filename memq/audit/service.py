@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -27,20 +28,32 @@ from prometheus_client.registry import Collector
 from memq.audit.api import Query, build_app, is_strict
 from memq.audit.config import AuditorConfig
 from memq.audit.ingest import Ingester
-from memq.audit.lag import LagSource, lag_document, measure_forever
+from memq.audit.lag import LagSource, lag_document, measure_until
 from memq.audit.metrics import AuditorMetrics
-from memq.audit.store import AuditStore
+from memq.audit.store import AuditStore, TopicFigures
 from memq.audit.window import parse_duration_s, parse_since
 from memq.errors import ConfigError
 from memq.security import server_context
 
-__all__ = ["Auditor", "now_ms"]
+__all__ = ["HTTP_STOP_S", "THREADS_STOP_S", "Auditor", "now_ms"]
 
 log = logging.getLogger(__name__)
+
+#: At shutdown, how long a dashboard or API request under way may take to finish.
+HTTP_STOP_S = 2.0
+#: At shutdown, how long the ingest and lag threads get (together) to finish their
+#: current step; one still in a Kafka request then is not waited for.
+THREADS_STOP_S = 3.0
 
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _last_record_ms(t: TopicFigures) -> int:
+    """When ``t``'s newest block was acked or handed out (-1: never)."""
+    times = [t.last_produced_ms, *(g.last_consumed_ms for g in t.groups)]
+    return max((ms for ms in times if ms is not None), default=-1)
 
 
 class Auditor:
@@ -61,12 +74,15 @@ class Auditor:
         #: Consumer-group lag (None: not measured); measured on a thread of its own so a
         #: slow Kafka never holds up the dashboard's queries.
         self.lag = lag
-        self._lag_executor = ThreadPoolExecutor(1, thread_name_prefix="memq-audit-lag")
+        #: Every topic a listing of the cluster had (see :meth:`_existing`).
+        self._listed_ever: set[str] = set()
+        self._listed_lock = threading.Lock()
+        self._lag_stop = threading.Event()
+        self._lag_thread: threading.Thread | None = None
         if lag is not None:
             self.metrics.registry.register(cast(Collector, lag))
         self._runner: web.AppRunner | None = None
         self._refresher: asyncio.Task[None] | None = None
-        self._lag_task: asyncio.Task[None] | None = None
         self.port = 0
 
     @property
@@ -92,7 +108,8 @@ class Auditor:
             auth=self.config.auth,
             secure=self.config.tls is not None,
         )
-        self._runner = web.AppRunner(app, access_log=None)
+        # (a request under way at shutdown gets a short grace, not aiohttp's 60 s)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=HTTP_STOP_S)
         await self._runner.setup()
         site = web.TCPSite(
             self._runner,
@@ -112,24 +129,44 @@ class Auditor:
         self.port = int(addrs[0][1]) if addrs else self.config.http_port
         self._refresher = asyncio.get_running_loop().create_task(self._refresh_metrics())
         if self.lag is not None:
-            self._lag_task = asyncio.get_running_loop().create_task(
-                measure_forever(self.lag, self.config.lag, self._lag_executor, self.store.topics)
+            self._lag_thread = threading.Thread(
+                target=measure_until,
+                args=(self.lag, self.config.lag, self._lag_stop, self.store.topics),
+                name="memq-audit-lag",
+                daemon=True,  # (never joined at exit: see shutdown())
             )
+            self._lag_thread.start()
         log.info("auditor serving %s (audit topic %s)", self.url, self.config.audit_topic)
 
     async def shutdown(self) -> None:
+        """Stop serving, ingesting and measuring, in at most about :data:`HTTP_STOP_S`
+        plus :data:`THREADS_STOP_S`: the ingest and lag threads are daemons, and one
+        still inside a request then (to Kafka or the brokers, each with its own deadline,
+        up to tens of seconds) is left to end with the process rather than waited for."""
         self.ingest.stop()
-        for task in (self._refresher, self._lag_task):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        self._lag_stop.set()
+        if self._refresher is not None:
+            self._refresher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._refresher
         if self._runner is not None:
             await self._runner.cleanup()
-        if self.ingest.started:
-            await asyncio.get_running_loop().run_in_executor(None, self.ingest.join, 15)
+        deadline = time.monotonic() + THREADS_STOP_S
+        loop = asyncio.get_running_loop()
+        waits: list[tuple[str, Callable[[float], None], Callable[[], bool]]] = [
+            ("ingest", self.ingest.join, self.ingest.alive)
+        ]
+        if self._lag_thread is not None:
+            waits.append(("consumer lag", self._lag_thread.join, self._lag_thread.is_alive))
+        for name, join, alive in waits:
+            await loop.run_in_executor(None, join, max(0.0, deadline - time.monotonic()))
+            if alive():
+                log.warning(
+                    "auditor stopping: its %s thread is still in a request (to Kafka or the "
+                    "brokers, each with its own deadline) after %.0f s; not waiting for it",
+                    name, THREADS_STOP_S,
+                )  # fmt: skip
         self.executor.shutdown(wait=False)
-        self._lag_executor.shutdown(wait=False)  # a measurement under way ends by its deadlines
         self.store.close()
 
     async def serve_until_signal(self) -> None:
@@ -160,6 +197,8 @@ class Auditor:
             group=query.get("group") or None,
             strict=is_strict(query),
         )
+        if not query.get("topic"):
+            topics = self._existing(topics)
         return {
             "now_ms": now,
             "since_ms": since,
@@ -168,6 +207,21 @@ class Auditor:
             "topics": [t.to_dict() for t in topics],
             "ingest": self.status()["ingest"],
         }
+
+    def _existing(self, topics: list[TopicFigures]) -> list[TopicFigures]:
+        """``topics`` without those the cluster no longer has (deleted or purged): listed
+        by an earlier topic listing of the lag source, absent from its last one, and with
+        no audit record since that was taken (a topic audited since may be new again).
+        A topic no listing ever had stays (another cluster's, sharing the audit topic);
+        without a lag source nothing is known and every topic stays."""
+        listing = self.lag.listing() if self.lag is not None else None
+        if listing is None:
+            return topics
+        names, listed_ms = listing
+        with self._listed_lock:
+            self._listed_ever |= names
+            gone = {t.topic for t in topics if t.topic in self._listed_ever} - names
+        return [t for t in topics if t.topic not in gone or _last_record_ms(t) >= listed_ms]
 
     def status(self) -> dict[str, Any]:
         counters = self.store.counters()

@@ -9,7 +9,7 @@ members it uses), so none imports the server that imports it. A Kafka connection
 (:mod:`~memq.broker.kafka_connection`) sees its listener as a :class:`KafkaHost`.
 
 A leaf of memq.broker: it imports only config, errors, protocol models and the broker's
-metrics, processor and Kafka codec modules.
+metrics, processor, auditing and Kafka codec modules.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from memq.acl import Op
+from memq.broker.auditing import BlockAudit
 from memq.broker.kafka_codec import KafkaRequest
 from memq.broker.metrics import BrokerMetrics
 from memq.broker.processor import Batch, TopicProcessor
@@ -35,6 +36,11 @@ class BrokerHost(Protocol):
 
     @property
     def metrics(self) -> BrokerMetrics: ...
+
+    @property
+    def audit(self) -> BlockAudit | None:
+        """Reports the blocks the front end encodes itself (None: broker audit off)."""
+        ...
 
     @property
     def token_secret(self) -> bytes | None:

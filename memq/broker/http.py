@@ -10,13 +10,14 @@ import logging
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import msgpack
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from memq.broker.auditing import encode_audited
 from memq.broker.host import BrokerHost
 from memq.broker.ingest import (
     OPENAPI,
@@ -37,13 +38,7 @@ from memq.errors import (
     NotWriterError,
     status_for_error,
 )
-from memq.formats.block import (
-    BLOCK_FRAME,
-    Record,
-    decode_block_header,
-    encode_block,
-    record_size,
-)
+from memq.formats.block import BLOCK_FRAME, Record, decode_block_header, record_size
 from memq.formats.compression import Compression
 from memq.formats.keys import validate_name
 from memq.protocol import Ack, ClusterMetadata, WriteAck, decode_msg, parse_ack
@@ -82,6 +77,10 @@ class HttpHost(BrokerHost, Protocol):
         ...
 
     def next_http_sequence(self) -> int: ...
+
+
+#: The audit record's ``acks`` of each ack mode.
+_ACKS: dict[Ack, Literal["0", "1", "all"]] = {Ack.NONE: "0", Ack.LEADER: "1", Ack.ALL: "all"}
 
 
 #: How long a request waits for this broker to be given a topic it was not assigned yet
@@ -226,11 +225,12 @@ def _app(server: HttpHost) -> web.Application:
             else:
                 pid, seq = server.http_producer_id, server.next_http_sequence()
             loop = asyncio.get_running_loop()
-            block = await loop.run_in_executor(
+            audit = server.audit
+            block, content_crc = await loop.run_in_executor(
                 None,
                 functools.partial(
-                    encode_block, records, producer_id=pid, epoch=0, sequence=seq,
-                    compression=Compression.ZSTD,
+                    encode_audited, records, crc=audit is not None, producer_id=pid, epoch=0,
+                    sequence=seq, compression=Compression.ZSTD,
                 ),
             )  # fmt: skip
             limit = proc.config.block_limit
@@ -250,6 +250,8 @@ def _app(server: HttpHost) -> web.Application:
                     "request with another body: a retry must send the same body; use a new "
                     "key for new records"
                 ) from None
+            if audit is not None and not dup:  # (a duplicate's first copy reports it)
+                audit.watch(proc, batch, index, header, content_crc, _ACKS[ack], "http")
             answer: dict[str, Any] = {"topic": topic, "records": len(records),
                                       "producer_id": pid, "sequence": seq}  # fmt: skip
             if ack == Ack.NONE:

@@ -13,8 +13,9 @@ import struct
 import time
 from collections import deque
 from collections.abc import Awaitable
-from typing import Any
+from typing import Any, Literal
 
+from memq.broker.auditing import encode_audited
 from memq.broker.host import Flow, KafkaHost
 from memq.broker.kafka_codec import (
     API_NAMES,
@@ -37,7 +38,7 @@ from memq.broker.kafka_codec import (
 )
 from memq.broker.kafka_stream import KafkaStream
 from memq.errors import AuthenticationError, MemqError, MessageTooLargeError
-from memq.formats.block import decode_block_header, encode_block
+from memq.formats.block import decode_block_header
 from memq.security import peer_principal, verify_token
 
 __all__ = ["MAX_IN_FLIGHT", "KafkaConnection"]
@@ -59,6 +60,8 @@ IDEMPOTENT_MAX_IN_FLIGHT = 5
 SASL_MECHANISMS = ("PLAIN", "OAUTHBEARER")
 
 PartitionResult = tuple[int, int, str | None]  # error code, base offset, message
+#: The audit record's ``acks`` of each Kafka ``acks`` (-1: all).
+_ACKS: dict[int, Literal["0", "1", "all"]] = {0: "0", 1: "1", -1: "all"}
 
 
 def _produce_doc(topics: list[tuple[str, list[tuple[int, PartitionResult]]]]) -> dict[str, Any]:
@@ -80,9 +83,12 @@ def _compressed(data: bytes) -> bool:
     return len(data) < 23 or bool(data[22] & 0x07)
 
 
-def _to_block(data: bytes, fallback: tuple[int, int], partition: int) -> tuple[bytes, int, Any]:
-    """(block, record count, (block id, transactional, idempotent)) of one partition's
-    record set."""
+def _to_block(
+    data: bytes, fallback: tuple[int, int], partition: int, crc: bool = False
+) -> tuple[bytes, int, Any, int]:
+    """(block, record count, (block id, transactional, idempotent), content CRC) of one
+    partition's record set; the CRC of its payload (audit records) only with ``crc``,
+    else 0."""
     recs = decode_records(data)
     if recs.producer_id >= 0:  # idempotent: retries keep (pid, epoch, base sequence)
         bid = (
@@ -92,11 +98,11 @@ def _to_block(data: bytes, fallback: tuple[int, int], partition: int) -> tuple[b
         )
     else:
         bid = (fallback[0], 0, fallback[1])
-    block = encode_block(
-        recs.records, producer_id=bid[0], epoch=bid[1], sequence=bid[2],
+    block, content_crc = encode_audited(
+        recs.records, crc=crc, producer_id=bid[0], epoch=bid[1], sequence=bid[2],
         compression=recs.compression,
     )  # fmt: skip
-    return block, len(recs.records), (bid, recs.transactional, recs.producer_id >= 0)
+    return block, len(recs.records), (bid, recs.transactional, recs.producer_id >= 0), content_crc
 
 
 class KafkaConnection(KafkaStream):
@@ -430,12 +436,13 @@ class KafkaConnection(KafkaStream):
             if not data:
                 return _done(KafkaError.INVALID_RECORD, "no records")
             fallback = (self._pid, next(self._seq))
+            audit = server.audit
             if len(data) <= INLINE_TRANSCODE_BYTES and not _compressed(data):
-                made = _to_block(data, fallback, partition)
+                made = _to_block(data, fallback, partition, audit is not None)
             else:
-                work = functools.partial(_to_block, data, fallback, partition)
+                work = functools.partial(_to_block, data, fallback, partition, audit is not None)
                 made = await asyncio.get_running_loop().run_in_executor(None, work)
-            block, count, (bid, txn, idempotent) = made
+            block, count, (bid, txn, idempotent), content_crc = made
             if idempotent and not self._idempotent:
                 self._idempotent = True
                 self._note_unanswered(0)
@@ -448,7 +455,9 @@ class KafkaConnection(KafkaStream):
                     f"topic {topic!r} ({limit} bytes): lower batch.size"
                 )
             header = decode_block_header(block)  # (made here: no second CRC pass)
-            batch, _index, dup = await proc.append(memoryview(block), header, t0)
+            batch, index, dup = await proc.append(memoryview(block), header, t0)
+            if audit is not None and not dup:  # (a duplicate's first copy reports it)
+                audit.watch(proc, batch, index, header, content_crc, _ACKS[acks], "kafka")
         except MemqError as e:
             code = kafka_error(e, v)
             self.server.metrics.errors.labels(f"kafka_{code}").inc()

@@ -324,6 +324,12 @@ def _print(
             out.print(f"[bold]{row[0]}[/bold]")
             for col, value in zip(_REPORT_COLUMNS[1:], row[1:], strict=True):
                 out.print(f"  {col + ':':<14}{value}")
+    for g in t["groups"]:  # what makes a status other than ok, in words
+        if g.get("reason") and g["status"] != "ok":
+            out.print(
+                f"[{colour.get(g['status'], 'white')}]{g['status']}[/] for group "
+                f"{escape(g['group'])}: {escape(g['reason'])}"
+            )
     for grp, blocks in missing.items():
         out.print(f"[red]missing for group {escape(grp)}[/red] (first {len(blocks)}):")
         for b in blocks:

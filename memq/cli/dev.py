@@ -58,7 +58,8 @@ def up(
     through the ZooKeeper (`memq topic ...` works) with auto_create_topics on, and the
     auditor (dashboard URL in the table; a new Kafka gets a new audit database). Clients
     (memq produce, memq.Producer) find them through the state dir when no bootstrap is
-    given, and then emit audit records by default."""
+    given, and then emit audit records by default; the brokers report the records
+    written over HTTP and their Kafka port (docs/audit.md)."""
     from memq.devstack import DevStack
 
     s = DevStack(state_dir)

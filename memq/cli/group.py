@@ -60,7 +60,8 @@ def list_groups(
 ) -> None:
     """Groups with committed offsets on MemQ topics or members reading them: their state,
     group protocol (classic or consumer), members and topics."""
-    groups = _admin(bootstrap, state_dir).list_groups()
+    with _admin(bootstrap, state_dir) as admin:
+        groups = admin.list_groups()
     if as_json:
         typer.echo(json.dumps(groups, indent=2))
         return
@@ -83,7 +84,8 @@ def describe(
     """State, group protocol (classic or consumer), members and, per partition, the
     committed notification offset, the end offset and the lag in objects, records (from
     the pending notifications) and seconds (since the oldest pending record)."""
-    d = _admin(bootstrap, state_dir).describe(group, topic)
+    with _admin(bootstrap, state_dir) as admin:
+        d = admin.describe(group, topic)
     if as_json:
         typer.echo(json.dumps(d, indent=2))
         return
@@ -159,9 +161,8 @@ def reset_offsets(
     to, value = chosen[0]
     if to == "datetime":
         value = _to_ms(str(value))
-    plan = _admin(bootstrap, state_dir).reset_offsets(
-        group, topic, to=to, value=value, execute=execute
-    )
+    with _admin(bootstrap, state_dir) as admin:
+        plan = admin.reset_offsets(group, topic, to=to, value=value, execute=execute)
     if as_json:
         parts: dict[str, dict[str, Any]] = {}
         for p, (c, n) in sorted(plan.moves.items()):
@@ -207,7 +208,8 @@ def delete(
     if not yes and not typer.confirm(f"delete group {group!r} and its committed offsets?"):
         err.print(f"group {group} not deleted")
         raise typer.Exit(1)
-    _admin(bootstrap, state_dir).delete(group)
+    with _admin(bootstrap, state_dir) as admin:
+        admin.delete(group)
     err.print(f"group {group} deleted ({datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC)")
 
 
@@ -243,3 +245,5 @@ def exporter(
             collector.refresh()
     except KeyboardInterrupt:
         pass
+    finally:
+        admin.close()

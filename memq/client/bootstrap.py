@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -114,5 +115,16 @@ def fetch_metadata(
         finally:
             pool.close()
 
-    with ThreadPoolExecutor(1, thread_name_prefix="memq-metadata") as ex:
-        return ex.submit(asyncio.run, go()).result(timeout * 3)
+    answer: Future[ClusterMetadata] = Future()
+
+    def run() -> None:
+        try:
+            answer.set_result(asyncio.run(go()))
+        except BaseException as e:  # (handed to the caller, whatever it is)
+            answer.set_exception(e)
+
+    # A daemon thread, not a pool's: a caller that stops waiting (at this deadline, or a
+    # process exiting on SIGTERM) is not held up by a request still under way; a pool's
+    # worker is joined when the pool (and the interpreter) shuts down.
+    threading.Thread(target=run, name="memq-metadata", daemon=True).start()
+    return answer.result(timeout * 3)

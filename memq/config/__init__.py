@@ -14,6 +14,7 @@ the broker or clients.
 """
 
 from memq.config.broker import (
+    BrokerAuditConfig,
     BrokerConfig,
     KafkaListenerConfig,
     ZooKeeperConfig,
@@ -39,6 +40,7 @@ from memq.config.topic import (
 __all__ = [
     "AuditedClientConfig",
     "BatchConfig",
+    "BrokerAuditConfig",
     "BrokerConfig",
     "ClientConfig",
     "FilesystemConfig",

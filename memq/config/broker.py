@@ -19,7 +19,13 @@ from memq.config.topic import TopicConfig, TopicSettings
 from memq.errors import ConfigError
 from memq.security import AuthConfig, TlsConfig
 
-__all__ = ["BrokerConfig", "KafkaListenerConfig", "ZooKeeperConfig", "load_broker_config"]
+__all__ = [
+    "BrokerAuditConfig",
+    "BrokerConfig",
+    "KafkaListenerConfig",
+    "ZooKeeperConfig",
+    "load_broker_config",
+]
 
 
 class ZooKeeperConfig(FrozenModel):
@@ -51,6 +57,25 @@ class KafkaListenerConfig(FrozenModel):
     partitions: int | None = Field(default=None, ge=1, le=10_000)
     #: Use the broker's ``tls`` section on this port too (when the broker has one).
     tls: bool = True
+
+
+class BrokerAuditConfig(FrozenModel):
+    """Audit records of the blocks the broker makes itself: one ``produced`` record per
+    block written over HTTP ingest or the Kafka port, once its batch is stored and
+    notified (a ``memq.Producer`` reports its own blocks). Emission never blocks or fails
+    a write: a full queue or an unreachable Kafka drops records and counts them
+    (``memq_broker_audit_records_total{outcome="dropped"}``). See docs/audit.md."""
+
+    #: Kafka topic of the audit records (what ``memq audit serve`` reads).
+    topic: str = Field(default="memq.audit", pattern=NAME)
+    #: Kafka of the audit topic; null: the Kafka of the topics' notifications (that of
+    #: the first topic with an audited write), with the security.*, sasl.* and ssl.*
+    #: settings of topic_defaults' notification.producer under the ``kafka`` ones.
+    bootstrap_servers: str | None = Field(default=None, min_length=1)
+    #: Audit records queued for Kafka at most; beyond it they are dropped and counted.
+    queue_max: int = Field(default=100_000, ge=100)
+    #: Extra librdkafka settings of the audit producer (security.protocol, sasl.*, ssl.*).
+    kafka: dict[str, str | int | float | bool] = {}
 
 
 def _hostname() -> str:
@@ -113,6 +138,10 @@ class BrokerConfig(FrozenModel):
     auth: AuthConfig | None = None
     #: Kafka-protocol produce endpoint on its own port; null: off.
     kafka_listener: KafkaListenerConfig | None = None
+    #: Audit records of the blocks written over HTTP ingest and the Kafka port (``{}``:
+    #: on, to ``memq.audit`` on the notifications' Kafka); null: off. ``memq dev up``
+    #: brokers have it on.
+    audit: BrokerAuditConfig | None = None
 
     @model_validator(mode="after")
     def _check(self) -> BrokerConfig:

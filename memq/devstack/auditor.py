@@ -6,6 +6,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from memq.audit.emitter import DEFAULT_AUDIT_TOPIC
 from memq.devstack import procs
 from memq.devstack.brokers import start_component
 from memq.devstack.services import ServiceState
@@ -55,7 +56,7 @@ def dev_auditor_config(
     return {
         "lag": lag,
         "kafka": {"bootstrap_servers": kafka.endpoint},
-        "audit_topic": "memq.audit",
+        "audit_topic": DEFAULT_AUDIT_TOPIC,
         "db_path": str(auditor_db(state_dir)),
         "http_host": "127.0.0.1",
         "http_port": port,

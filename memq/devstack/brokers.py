@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from memq.audit.emitter import DEFAULT_AUDIT_TOPIC
 from memq.devstack import procs
 from memq.devstack.services import ServiceState
 from memq.errors import DevStackError
@@ -50,6 +51,8 @@ def dev_broker_config(
         "port": 0,
         "http_port": 0,
         "kafka_listener": {"port": 0},  # Kafka producers write here too (docs/ingest.md)
+        # HTTP and Kafka-port writes reported to the auditor, as the clients' are here
+        "audit": {"topic": DEFAULT_AUDIT_TOPIC},
         "auto_create_topics": True,
         "memory_limit_bytes": 512 << 20,
         "topic_defaults": {

@@ -18,23 +18,35 @@ from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 
+from memq.audit.client import RoutedAudit
 from memq.broker.metrics import BrokerMetrics
 from memq.broker.server import BrokerServer
 from memq.config import BrokerConfig
 from memq.errors import MemqError
 from memq.run.ready import announce_ready
 
-__all__ = ["READY_MARKER", "BrokerThread", "build_broker", "run_broker", "tune_gc"]
+__all__ = [
+    "READY_MARKER",
+    "BrokerThread",
+    "broker_audit",
+    "build_broker",
+    "run_broker",
+    "tune_gc",
+]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 #: Printed (with a JSON object) once the broker serves; the dev stack waits for it.
 READY_MARKER = "memq broker ready"
+#: librdkafka settings of how to reach a Kafka (what the audit producer takes from the
+#: notification producer's).
+_SECURITY = ("security.", "sasl.", "ssl.")
 
 
 def build_broker(config: BrokerConfig, **server_kwargs: Any) -> BrokerServer:
-    """A broker server wired for its config: clustered through ZooKeeper, or standalone."""
+    """A broker server wired for its config: clustered through ZooKeeper, or standalone;
+    with an ``audit`` section, reporting the blocks it encodes to the audit topic."""
     metrics = server_kwargs.pop("metrics", None) or BrokerMetrics()
     cluster = None
     if config.zookeeper is not None:
@@ -42,7 +54,32 @@ def build_broker(config: BrokerConfig, **server_kwargs: Any) -> BrokerServer:
         from memq.governor.metrics import ClusterMetrics
 
         cluster = ClusterMember(config, ClusterMetrics(metrics.registry))
+    if "audit" not in server_kwargs:
+        server_kwargs["audit"] = broker_audit(config)
     return BrokerServer(config, metrics=metrics, cluster=cluster, **server_kwargs)
+
+
+def broker_audit(config: BrokerConfig) -> RoutedAudit | None:
+    """The audit producer of ``config.audit`` (None: off). Without its own Kafka it
+    follows the notifications, with the security settings of the broker's own
+    ``topic_defaults.notification.producer`` (its secrets are there) under
+    ``audit.kafka``."""
+    audit = config.audit
+    if audit is None:
+        return None
+    kafka: dict[str, Any] = {}
+    if audit.bootstrap_servers is None and config.topic_defaults is not None:
+        producer = config.topic_defaults.notification.producer
+        kafka.update({k: v for k, v in producer.items() if k.startswith(_SECURITY)})
+    kafka.update(audit.kafka)
+    return RoutedAudit(
+        client=f"memq-broker {config.broker_id}",
+        bootstrap=audit.bootstrap_servers,
+        topic=audit.topic,
+        queue_max=audit.queue_max,
+        kafka=kafka,
+        setting="audit.bootstrap_servers in the broker config",
+    )
 
 
 def process_metrics(registry: CollectorRegistry) -> None:

@@ -8,6 +8,7 @@ that object's records as missing with the object key in the drill-down.
 
 from __future__ import annotations
 
+import itertools
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -20,6 +21,7 @@ import pytest
 from memq import Consumer, Producer
 from memq.audit.config import AuditorConfig
 from memq.devstack import StackState
+from memq.devstack.procs import wait_for
 from memq.producer.futures import RecordFuture
 from memq.run.auditor import AuditorThread
 
@@ -472,5 +474,241 @@ def test_dashboard_renders_api_strings_as_text(
         assert page.evaluate("document.querySelectorAll('#lagbold, main i').length") == 0
     except Exception as e:
         raise watch.fail_with_context(e, "escape-failure") from e
+    finally:
+        context.close()
+
+
+def test_unaudited_blocks_have_a_column_and_a_warn_row_says_why(
+    memq_stack: StackState,
+    auditor: AuditorThread,
+    browser: Any,
+    unique_name: Callable[[str], str],
+    tmp_path: Path,
+) -> None:
+    """(issue 43) Records consumed with no produced audit record (their producer runs
+    without audit.enable) are counted in an Unaudited column, and the ``warn`` row shows
+    that reason."""
+    from playwright.sync_api import expect
+
+    address = memq_stack.extra["brokers"][0]["endpoint"]
+    topic, group = unique_name("unaud"), "unaud-group"
+    with Producer({"bootstrap.servers": address, "linger.ms": 5, "batch.size": 16 * 1024,
+                   "audit.enable": False}) as p:  # fmt: skip
+        futs = produce_burst(p, topic, 0, 700)
+    blocks = len({(f.result(0).producer_id, f.result(0).sequence) for f in futs})
+    assert blocks >= 2
+    with Consumer({"bootstrap.servers": address, "group.id": group, "audit.enable": True,
+                   "audit.topic": auditor.config.audit_topic, **GROUP_CONF}) as c:  # fmt: skip
+        c.subscribe(topic)
+        drain(c, 700)
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    watch = PageWatch(context.new_page(), tmp_path)
+    page = watch.page
+    try:
+        page.goto(f"{auditor.url}/?refresh=1")
+        row = row_locator(page, topic, group)
+        expect(row).to_have_count(1, timeout=WAIT_MS)
+        expect_cell(row, "unaudited", 700, "unaudited records")
+        expect(row.locator('td[data-col="unaudited"]')).to_have_attribute(
+            "data-blocks", str(blocks)
+        )
+        expect(row.locator('td[data-col="unaudited"]')).to_have_text("700")
+        expect_cell(row, "status", "warn", "status")
+        reason = (
+            f"700 records in {blocks} blocks consumed with no produced record (unaudited: "
+            "their producer or broker does not report, or its records were dropped)"
+        )
+        expect(row.get_by_test_id("status-reason")).to_have_text(reason)
+        expect(row.locator('td[data-col="status"]')).to_have_attribute("title", reason)
+        assert row.locator("td").count() == page.locator("#topics thead th").count() == 14
+        expect(page.locator("#topics thead th").nth(10)).to_have_text("Unaudited")
+        assert watch.errors == [], watch.errors
+    except Exception as e:
+        raise watch.fail_with_context(e, "unaudited-failure") from e
+    finally:
+        context.close()
+
+
+def test_a_deleted_topic_leaves_the_dashboard(
+    memq_stack: StackState,
+    browser: Any,
+    unique_name: Callable[[str], str],
+    tmp_path: Path,
+) -> None:
+    """(issue 43) ``memq topic delete --purge``: the topic's row goes (the auditor learns
+    the cluster's topics with its lag measurements), the others stay; asked for by name
+    it is still answered."""
+    import json
+    import subprocess
+    import sys
+    import urllib.request
+
+    from playwright.sync_api import expect
+
+    address = memq_stack.extra["brokers"][0]["endpoint"]
+    cfg = AuditorConfig(
+        kafka={"bootstrap_servers": memq_stack.kafka_bootstrap},  # type: ignore[arg-type]
+        audit_topic=unique_name("audit"),
+        db_path=tmp_path / "audit.db",
+        http_port=0,
+        grace_period_s=GRACE_S,
+        metrics_interval_s=1,
+        lag={"bootstrap_servers": address, "interval_s": 1},  # type: ignore[arg-type]
+    )
+    gone, stays, group = unique_name("gone"), unique_name("stays"), "del-group"
+    conf = {"bootstrap.servers": address, "audit.enable": True, "audit.topic": cfg.audit_topic}
+    aud = AuditorThread(cfg)
+    aud.start()
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    watch = PageWatch(context.new_page(), tmp_path)
+    page = watch.page
+    try:
+        with Producer({**conf, "linger.ms": 5}) as p:
+            for t in (gone, stays):
+                produce_burst(p, t, 0, 100)
+        with Consumer({**conf, "group.id": group, **GROUP_CONF}) as c:
+            c.subscribe([gone, stays])
+            drain(c, 200)
+            c.commit()  # (a group with committed offsets: the lag measurement lists it)
+        page.goto(f"{aud.url}/?refresh=1")
+        for t in (gone, stays):
+            expect(row_locator(page, t, group)).to_have_count(1, timeout=WAIT_MS)
+            expect_cell(row_locator(page, t, group), "consumed", 100, f"{t} consumed")
+        # A lag measurement (which lists the cluster's topics) saw both topics.
+        wait_for(
+            lambda: True if {gone, stays} <= {g["topic"] for g in json.loads(
+                urllib.request.urlopen(f"{aud.url}/api/lag", timeout=10).read())["groups"]
+                if g["group"] == group} else None,
+            timeout=30, what="the lag measurement lists both topics",
+        )  # fmt: skip
+        assert f'memq_audit_produced_records{{topic="{gone}"}}' in metrics_text(aud.url)
+
+        out = subprocess.run(
+            [sys.executable, "-m", "memq.cli.main", "topic", "delete", gone, "--yes", "--purge",
+             "-b", address],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stdout + out.stderr
+
+        expect(row_locator(page, gone, group), "the deleted topic stays listed").to_have_count(
+            0, timeout=WAIT_MS
+        )
+        expect(row_locator(page, stays, group)).to_have_count(1)
+        expect_cell(row_locator(page, stays, group), "status", "ok", "the other topic")
+        with urllib.request.urlopen(f"{aud.url}/api/summary?since=1h", timeout=10) as r:
+            listed = {t["topic"] for t in json.loads(r.read())["topics"]}
+        assert gone not in listed and stays in listed
+        with urllib.request.urlopen(
+            f"{aud.url}/api/summary?since=1h&topic={gone}", timeout=10
+        ) as r:
+            (by_name,) = json.loads(r.read())["topics"]
+        assert (by_name["topic"], by_name["produced_records"]) == (gone, 100)
+        wait_for(
+            lambda: True if f'topic="{gone}"' not in metrics_text(aud.url) else None,
+            timeout=30, what="the deleted topic's gauges removed",
+        )  # fmt: skip
+        assert watch.errors == [], watch.errors
+    except Exception as e:
+        raise watch.fail_with_context(e, "deleted-topic-failure") from e
+    finally:
+        context.close()
+        aud.stop()
+
+
+def metrics_text(url: str) -> str:
+    import urllib.request
+
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as r:
+        return r.read().decode()
+
+
+WINDOW_MS = {"15m": 15 * 60_000, "1h": 3_600_000, "6h": 6 * 3_600_000, "24h": 24 * 3_600_000}
+
+
+def test_time_axis_labels_never_overlap(
+    auditor: AuditorThread, browser: Any, tmp_path: Path
+) -> None:
+    """(issue 43) At every window and at chart widths from a phone's to a wide screen's,
+    no two tick labels of a chart's time axis overlap, measured as drawn (uPlot's tick
+    values and positions, the axis font), with room to spare: the gap between two labels
+    is at least half the wider one's width, so they stay apart in a system font half as
+    wide again as this browser's (``system-ui`` differs by platform; uPlot's own labels,
+    "6:10am" every 50 px, came within 4 px of each other here)."""
+    import json
+    from urllib.parse import parse_qs
+
+    now = int(time.time() * 1000)
+    topic, group = "axis-topic", "axis-group"
+    g = {k: 0 for k in ("consumed_blocks", "consumed_records", "missing_blocks",
+                        "missing_records", "pending_blocks", "pending_records", "expired_blocks",
+                        "expired_records", "duplicate_blocks", "duplicate_records",
+                        "dropped_duplicate_blocks", "dropped_duplicate_records", "mismatches",
+                        "unaudited_blocks", "unaudited_records")}  # fmt: skip
+    summary = {
+        "now_ms": now, "since_ms": now - 3_600_000, "grace_period_s": GRACE_S,
+        "topics": [{"topic": topic, "produced_blocks": 1, "produced_records": 10,
+                    "last_produced_ms": now, "status": "ok",
+                    "groups": [{**g, "group": group, "latency_p50_ms": 5,
+                                "latency_p99_ms": 9, "status": "ok", "reason": None}]}],
+        "ingest": {"produced_records": 1, "consumed_records": 1, "error": None},
+    }  # fmt: skip
+
+    def timeseries(route: Any) -> None:
+        since = parse_qs(urlsplit(route.request.url).query)["since"][0]
+        first = now - WINDOW_MS[since]
+        minutes = list(range(first - first % 60_000, now + 1, 60_000))
+        n = len(minutes)
+        series = [i % 7 for i in range(n)]
+        doc = {"topic": topic, "minutes": minutes, "produced": series, "groups": {group: {
+            "consumed": series, "missing": [0] * n, "pending": [0] * n,
+            "latency_p50_ms": series, "latency_p99_ms": series}}}  # fmt: skip
+        route.fulfill(body=json.dumps(doc), content_type="application/json")
+
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    context.route("**/api/summary*", lambda r: r.fulfill(json=summary))
+    context.route("**/api/timeseries*", timeseries)
+    context.route("**/api/missing*", lambda r: r.fulfill(json={"blocks": []}))
+    context.route("**/api/anomalies*", lambda r: r.fulfill(json={"blocks": []}))
+    watch = PageWatch(context.new_page(), tmp_path)
+    page = watch.page
+    overlaps: list[str] = []
+    checked = 0
+    try:
+        page.goto(f"{auditor.url}/?refresh=3600#since=15m&topic={topic}&group={group}")
+        for width in (420, 560, 700, 860, 1000, 1200, 1400, 1700):
+            page.set_viewport_size({"width": width, "height": 1000})
+            for since, span in WINDOW_MS.items():
+                page.select_option("#window", since)
+                for chart in CHARTS:
+                    # Drawn for this window and width: the scale spans the data, the
+                    # plot fills its box.
+                    page.wait_for_function(
+                        """([id, span]) => {
+                            const a = window.__memqXLabels(id);
+                            const box = document.getElementById(id);
+                            return a && a.labels.length > 1 && a.scale[0] === a.data[0]
+                                && a.scale[1] === a.data[1]
+                                && Math.abs((a.data[1] - a.data[0]) * 1000 - span) <= 60000
+                                && Math.abs(a.width - box.clientWidth) <= 2;
+                        }""",
+                        arg=[chart, span],
+                        timeout=WAIT_MS,
+                    )
+                    axis = page.evaluate("(id) => window.__memqXLabels(id)", chart)
+                    labels = sorted(axis["labels"], key=lambda lab: lab["left"])
+                    checked += 1
+                    for a, b in itertools.pairwise(labels):
+                        wider = max(a["right"] - a["left"], b["right"] - b["left"])
+                        if b["left"] - a["right"] < wider / 2:
+                            overlaps.append(
+                                f"{chart} at {width}px, {since}: {a['text']!r} "
+                                f"[{a['left']:.0f}, {a['right']:.0f}] and {b['text']!r} "
+                                f"[{b['left']:.0f}, {b['right']:.0f}]"
+                            )
+        assert checked == 8 * 4 * 3
+        assert overlaps == [], "\n".join(overlaps[:20])
+        assert watch.errors == [], watch.errors
+    except Exception as e:
+        raise watch.fail_with_context(e, "axis-failure") from e
     finally:
         context.close()

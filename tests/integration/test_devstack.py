@@ -147,7 +147,10 @@ def test_up_status_logs_restart_down(stack_dir: str) -> None:
     assert m is not None and m.error() is None and m.value() == b"kept"
     refs = _refs(Path(d))
 
-    memq("dev", "down", "--state-dir", d)
+    down = memq("dev", "down", "--state-dir", d)
+    said = down.stdout + down.stderr
+    # Every process stopped on SIGTERM (the auditor once had to be killed: issue 43).
+    assert "auditor: stopped" in said and "SIGKILL" not in said, said
     assert not any(is_alive(r) for r in refs)
     assert not (Path(d) / "stack.json").exists()
     gone = memq("dev", "status", "--json", "--state-dir", d, check=False)

@@ -52,3 +52,16 @@ def test_names_and_figures_are_never_cut(width: int) -> None:
     assert max(map(len, text.splitlines())) <= width
     table = "┃" in text
     assert table == (width >= 200), text  # (the table needs ~170 columns here)
+
+
+def test_a_status_other_than_ok_is_explained() -> None:
+    """(issue 43) The report says why a group is ``warn`` or ``missing``."""
+    why = "700 records in 3 blocks consumed with no produced record (unaudited: x)"
+    doc = {**DOC, "topics": [{**DOC["topics"][0], "groups": [
+        _group("g1", status="warn", reason=why), _group("g2", status="ok", reason=None),
+    ]}]}  # fmt: skip
+    buf = io.StringIO()
+    print_report(Console(file=buf, width=250, color_system=None), doc, {})
+    text = buf.getvalue()
+    assert f"warn for group g1: {why}" in text
+    assert "for group g2" not in text

@@ -581,3 +581,124 @@ def test_epoch_digits_rule_is_shared() -> None:
             parse_since(short, T0)
     with pytest.raises(ValueError, match="not ISO-8601"):
         time_to_ms("--5")
+
+
+def test_a_status_other_than_ok_says_why(store: AuditStore) -> None:
+    """(issue 43: a ``warn`` row showed no reason)"""
+    store.apply([produced(i, T0 + i * 1000) for i in range(3)])
+    store.apply([consumed(i, T0 + 20_000) for i in range(3)])
+    store.apply([consumed(0, T0 + 21_000), consumed(60, T0 + 20_000, records=40),
+                 consumed(61, T0 + 20_000, records=2)])  # fmt: skip
+    g = figures(store, T0 + 60_000).groups[0]
+    assert g.status == "warn"
+    assert g.reason == (
+        "1 block handed out more than once (100 extra records); 42 records in 2 blocks "
+        "consumed with no produced record (unaudited: their producer or broker does not "
+        "report, or its records were dropped)"
+    )
+    store.apply([produced(3, T0 + 3000, records=1)])
+    g = figures(store, T0 + 60_000, grace=10_000).groups[0]
+    assert g.status == "missing"
+    assert g.reason is not None and g.reason.startswith(
+        "1 record in 1 block acked over 10 s ago never handed out (missing); 1 block handed"
+    )
+    (ok,) = figures(store, T0 + 60_000, group="g2").groups
+    assert (ok.status, ok.reason) == (
+        "unconsumed",
+        "the group handed out no block of this topic: nothing is proven for it",
+    )
+    store.apply([produced(9, T0, topic="calm"), consumed(9, T0 + 1, topic="calm")])
+    (t,) = store.summary(now_ms=T0 + MIN, since_ms=T0 - MIN, grace_ms=0, topic="calm")
+    assert (t.groups[0].status, t.groups[0].reason) == ("ok", None)
+
+
+def test_only_topics_with_records_in_the_window_are_listed(store: AuditStore) -> None:
+    """A topic whose records are all older than the window (deleted, or quiet) leaves the
+    listing; asked for by name it is still answered."""
+    store.apply([produced(0, T0, topic="old"), consumed(0, T0 + 1000, topic="old")])
+    store.apply([produced(0, T0 + 3 * 3600_000, topic="new")])
+    store.apply([consumed(5, T0 + 3 * 3600_000, topic="read-only")])  # consumed in the window
+    now = T0 + 3 * 3600_000 + MIN
+    listed = store.summary(now_ms=now, since_ms=now - 3600_000, grace_ms=0)
+    assert [t.topic for t in listed] == ["new", "read-only"]
+    (old,) = store.summary(now_ms=now, since_ms=now - 3600_000, grace_ms=0, topic="old")
+    assert (old.topic, old.produced_blocks) == ("old", 0)
+    assert [t.topic for t in store.summary(now_ms=now, since_ms=T0 - MIN, grace_ms=0)] == [
+        "new", "old", "read-only",
+    ]  # fmt: skip
+
+
+class _Listing:
+    """A lag source as far as the topic listing goes."""
+
+    def __init__(self, listing: tuple[frozenset[str], int] | None) -> None:
+        self._listing = listing
+
+    def listing(self) -> tuple[frozenset[str], int] | None:
+        return self._listing
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"measured_ms": None, "error": None, "errors": 0, "groups": []}
+
+    def collect(self) -> list[Any]:
+        return []
+
+
+def test_topics_the_cluster_no_longer_has_leave_the_listing(tmp_path: Path) -> None:
+    """(issue 43: purged topics stayed listed) In an earlier listing of the cluster, not
+    in the last one, and nothing audited since: left out. Audited after the last listing
+    (created again), or never in any listing (another cluster's): kept. Asked for by name:
+    answered."""
+    from memq.audit.config import AuditorConfig
+    from memq.audit.service import Auditor
+
+    cfg = AuditorConfig(
+        kafka={"bootstrap_servers": "unused:0"},  # type: ignore[arg-type]
+        db_path=tmp_path / "a.db",
+    )
+    now = T0 + 10 * MIN
+    src = _Listing(None)
+    auditor = Auditor(cfg, clock=lambda: now, lag=src)  # type: ignore[arg-type]
+    try:
+        auditor.store.apply([produced(0, T0, topic=t) for t in ("kept", "purged", "again",
+                                                                 "elsewhere")])  # fmt: skip
+        every = ["again", "elsewhere", "kept", "purged"]
+
+        def listed() -> list[str]:
+            return [t["topic"] for t in auditor.summary({"since": "1h"})["topics"]]
+
+        assert listed() == every  # nothing known about the cluster: every topic stays
+        src._listing = (frozenset({"kept", "purged", "again"}), T0 + 2 * MIN)
+        assert listed() == every
+        src._listing = (frozenset({"kept"}), T0 + 5 * MIN)  # purged and again deleted
+        assert listed() == ["elsewhere", "kept"]
+        auditor.store.apply([produced(1, T0 + 6 * MIN, topic="again")])  # created again
+        assert listed() == ["again", "elsewhere", "kept"]
+        (one,) = auditor.summary({"since": "1h", "topic": "purged"})["topics"]
+        assert (one["topic"], one["produced_blocks"]) == ("purged", 1)
+    finally:
+        auditor.executor.shutdown(wait=False)
+        auditor.store.close()
+
+
+def test_gauges_of_a_topic_no_longer_listed_are_removed() -> None:
+    from prometheus_client import generate_latest
+
+    from memq.audit.metrics import AuditorMetrics
+
+    def topic(name: str) -> dict[str, Any]:
+        g = {k: 0 for k in ("missing_blocks", "missing_records", "pending_records",
+                            "duplicate_blocks", "dropped_duplicate_blocks",
+                            "dropped_duplicate_records", "mismatches", "consumed_records")}  # fmt: skip
+        return {"topic": name, "produced_records": 5,
+                "groups": [{**g, "group": "g", "missing_blocks": 3, "latency_p99_ms": 10}]}  # fmt: skip
+
+    m = AuditorMetrics()
+    m.set_figures([topic("a"), topic("b")])
+    text = generate_latest(m.registry).decode()
+    assert 'memq_audit_missing_blocks{group="g",topic="a"} 3.0' in text
+    m.set_figures([topic("b")])
+    text = generate_latest(m.registry).decode()
+    assert 'topic="a"' not in text
+    assert 'memq_audit_missing_blocks{group="g",topic="b"} 3.0' in text
+    assert 'memq_audit_produced_records{topic="b"} 5.0' in text

@@ -19,6 +19,7 @@
   var CHART_HEIGHT = 220;
   var FETCH_TIMEOUT_MS = 15000;
   var TABLE_LIMIT = 500;
+  var TOPIC_COLS = 14; // columns of the topic table (the empty row spans them all)
   var COLORS = {
     produced: "#0969da",
     consumed: "#1a7f37",
@@ -274,16 +275,35 @@
           class: g.mismatches ? "num bad" : "num",
         })
       );
+      cells.push(
+        numCell("unaudited", g.unaudited_records, {
+          "data-blocks": g.unaudited_blocks,
+          title:
+            plural(g.unaudited_blocks, "block") +
+            " consumed with no produced audit record (their producer or broker does not report, or dropped its records)",
+          class: g.unaudited_records ? "num warn" : "num",
+        })
+      );
       cells.push(el("td", { class: "num", "data-col": "p50", "data-value": g.latency_p50_ms === null ? "" : g.latency_p50_ms }, [fmtMs(g.latency_p50_ms)]));
       cells.push(el("td", { class: "num", "data-col": "p99", "data-value": g.latency_p99_ms === null ? "" : g.latency_p99_ms }, [fmtMs(g.latency_p99_ms)]));
     } else {
       cells.push(el("td", { "data-col": "group", "data-value": "", class: "no-consumers" }, ["no consumers"]));
       cells.push(numCell("produced", t.produced_records, { title: plural(t.produced_blocks, "block") }));
-      ["consumed", "missing", "pending", "expired", "duplicates", "dropped", "mismatches", "p50", "p99"].forEach(function (c) {
+      ["consumed", "missing", "pending", "expired", "duplicates", "dropped", "mismatches", "unaudited", "p50", "p99"].forEach(function (c) {
         cells.push(el("td", { class: "num", "data-col": c, "data-value": "" }, ["\u2014"]));
       });
     }
-    cells.push(el("td", { class: "status status-" + status, "data-col": "status", "data-value": status }, [status]));
+    // A status other than ok says why, on the row itself (and in full on hover).
+    var reason = g ? g.reason : null;
+    var statusChildren = [el("span", { class: "status-word" }, [status])];
+    if (reason) statusChildren.push(el("span", { class: "reason", "data-testid": "status-reason" }, [reason]));
+    cells.push(
+      el(
+        "td",
+        { class: "status status-" + status, "data-col": "status", "data-value": status, "data-reason": reason || "", title: reason },
+        statusChildren
+      )
+    );
     var tr = el(
       "tr",
       {
@@ -325,7 +345,7 @@
     if (!trs.length) {
       trs.push(
         el("tr", { "data-testid": "topic-empty" }, [
-          el("td", { colspan: "12", class: "empty" }, [
+          el("td", { colspan: String(TOPIC_COLS), class: "empty" }, [
             "No audit records in this window yet (producers and consumers need audit.enable).",
           ]),
         ])
@@ -387,6 +407,57 @@
 
   // --- charts ---------------------------------------------------------------------------
 
+  // The time axis: labels are UTC "HH:MM" (the date, MM-DD, under the first one and under
+  // each that starts a day), ticks at least X_TICK_SPACE CSS px apart: twice a label's
+  // width, so labels stay apart at any chart width and window, whatever the platform's
+  // system-ui font (uPlot's defaults, "6:10am" labels every 50 px or more, leave gaps of
+  // 4 px with DejaVu Sans: a slightly wider font makes them overlap).
+  var X_TICK_SPACE = 72;
+
+  function two(n) {
+    return (n < 10 ? "0" : "") + n;
+  }
+
+  function xTickLabels(u, splits, axisIdx, space, incr) {
+    var prevDay = null;
+    return splits.map(function (sec) {
+      var d = new Date(sec * 1000);
+      var day = two(d.getUTCMonth() + 1) + "-" + two(d.getUTCDate());
+      if (incr >= 86400) return day;
+      var label = two(d.getUTCHours()) + ":" + two(d.getUTCMinutes());
+      if (day !== prevDay) label += "\n" + day;
+      prevDay = day;
+      return label;
+    });
+  }
+
+  /** Test hook: the time axis of chart ``id`` as last drawn: its scale, the data's x
+   * range, the plot width, and each tick label with its left and right edge (CSS px). */
+  window.__memqXLabels = function (id) {
+    var c = state.charts[id];
+    if (!c) return null;
+    var u = c.plot;
+    var axis = u.axes[0];
+    var ctx = document.createElement("canvas").getContext("2d");
+    ctx.font = axis.font[0];
+    var ratio = window.devicePixelRatio || 1;
+    var xs = u.data[0];
+    var labels = (axis._splits || []).map(function (v, i) {
+      var text = String(axis._values[i]);
+      var w = Math.max.apply(null, text.split("\n").map(function (line) {
+        return ctx.measureText(line).width / ratio;
+      }));
+      var x = u.valToPos(v, "x");
+      return { value: v, text: text, left: x - w / 2, right: x + w / 2 };
+    });
+    return {
+      scale: [u.scales.x.min, u.scales.x.max],
+      data: [xs[0], xs[xs.length - 1]],
+      width: u.width,
+      labels: labels,
+    };
+  };
+
   function yRange(u, min, max) {
     var hi = max === null || max === undefined || !isFinite(max) || max <= 0 ? 1 : max * 1.1;
     return [0, hi];
@@ -414,7 +485,7 @@
           return uPlot.tzDate(new Date(ts * 1000), "Etc/UTC");
         },
         scales: { x: { time: true }, y: { range: yRange } },
-        axes: [{}, { label: yLabel, size: 64 }],
+        axes: [{ space: X_TICK_SPACE, values: xTickLabels }, { label: yLabel, size: 64 }],
         series: [{ label: "minute (UTC)" }].concat(
           series.map(function (s) {
             return {
