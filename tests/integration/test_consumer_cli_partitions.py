@@ -59,7 +59,7 @@ def test_consume_without_a_group_and_by_partition(memq_stack: StackState, unique
 
     # No --group: every partition, from the beginning, no join to wait for, no commits.
     t0 = time.monotonic()
-    proc = memq(memq_stack, "consume", "-t", topic, "--format", "json", "--timeout", "2")
+    proc = memq(memq_stack, "consume", "-t", topic, "--format", "json", "--timeout", "6")
     assert proc.returncode == 0, proc.stderr
     assert time.monotonic() - t0 < 60
     lines = [json.loads(x) for x in proc.stdout.splitlines()]
@@ -73,7 +73,7 @@ def test_consume_without_a_group_and_by_partition(memq_stack: StackState, unique
     ms = int(cut.timestamp() * 1000)
     proc = memq(
         memq_stack, "consume", "-t", topic, "--from-time", str(ms), "--format", "json",
-        "--timeout", "2",
+        "--timeout", "6",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     later = {
@@ -82,7 +82,7 @@ def test_consume_without_a_group_and_by_partition(memq_stack: StackState, unique
         if datetime.fromisoformat(x["timestamp"].replace("Z", "+00:00")) >= cut
     }
     assert {json.loads(x)["value"] for x in proc.stdout.splitlines()} == later
-    proc = memq(memq_stack, "consume", "-t", topic, "--from-beginning", "--timeout", "2")
+    proc = memq(memq_stack, "consume", "-t", topic, "--from-beginning", "--timeout", "6")
     assert proc.returncode == 0, proc.stderr
     assert sorted(proc.stdout.splitlines()) == sorted(every)
 
@@ -95,7 +95,7 @@ def test_consume_without_a_group_and_by_partition(memq_stack: StackState, unique
     assert len(offsets) >= 2, by_part
     proc = memq(
         memq_stack, "consume", "-t", topic, "-p", str(part), "-o", str(offsets[1]),
-        "--format", "json", "--timeout", "2",
+        "--format", "json", "--timeout", "6",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     got = ids(proc)
