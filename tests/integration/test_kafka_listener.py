@@ -797,30 +797,65 @@ def test_kafkas_console_producer_keyed_lines_read_back_exactly(
 # --- the dev stack --------------------------------------------------------------------------
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def test_dev_stack_brokers_list_a_kafka_endpoint_that_takes_records(
     memq_stack: StackState, tmp_path: Path, unique_name: Any
 ) -> None:
-    """`memq dev up` (on this session's servers) starts a clustered broker with a Kafka
-    listener; `memq dev status --json` names it, and an auto-created topic takes records."""
+    """`memq dev up --kafka-listener-port P` (on this session's servers) starts a
+    clustered broker whose Kafka port is P; `memq dev status` names it as where Kafka
+    producers write, and the notification Kafka as MemQ's internal queue; an auto-created
+    topic takes records through it."""
     env = {**os.environ, "MEMQ_S3_ENDPOINT": memq_stack.s3_endpoint,
            "MEMQ_KAFKA_BOOTSTRAP": memq_stack.kafka_bootstrap,
            "MEMQ_ZK_CONNECT": memq_stack.zk_connect}  # fmt: skip
     d = str(tmp_path / "st")
 
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "memq.cli.main", *args, "--state-dir", d],
+                              capture_output=True, text=True, env=env, timeout=180, check=False)  # fmt: skip
+
     def memq(*args: str) -> str:
-        out = subprocess.run([sys.executable, "-m", "memq.cli.main", *args, "--state-dir", d],
-                             capture_output=True, text=True, env=env, timeout=180, check=False)  # fmt: skip
+        out = run(*args)
         assert out.returncode == 0, out.stdout + out.stderr
         return out.stdout
 
-    memq("dev", "up", "--no-auditor")
+    port = free_port()
+    memq("dev", "up", "--no-auditor", "--kafka-listener-port", str(port))
     try:
-        (b,) = json.loads(memq("dev", "status", "--json"))["brokers"]
-        assert b["kafka"].startswith("127.0.0.1:") and b["healthy"]
-        assert f"Kafka producers write to MemQ at: broker-1 {b['kafka']}" in memq("dev", "status")
+        doc = json.loads(memq("dev", "status", "--json"))
+        (b,) = doc["brokers"]
+        assert b["kafka_listener"] == b["kafka"] == f"127.0.0.1:{port}" and b["healthy"]
+        assert doc["kafka_listener"]["bootstrap_servers"] == f"127.0.0.1:{port}"
+        assert doc["kafka_listener"]["brokers"] == {"broker-1": f"127.0.0.1:{port}"}
+        # the notification Kafka keeps its keys, and says what it is
+        assert doc["kafka"]["bootstrap"] == doc["notification_kafka"]["bootstrap"]
+        assert doc["kafka"]["bootstrap"] == memq_stack.kafka_bootstrap
+        assert "internal notification queue" in doc["kafka"]["role"]
+        text = " ".join(memq("dev", "status").split())
+        assert (
+            f"Kafka producers write to MemQ at (bootstrap.servers): 127.0.0.1:{port} "
+            "(broker-1)" in text
+        )
+        assert (
+            "MemQ's internal notification Kafka (pointers to stored objects; records "
+            f"produced there are not in MemQ): {memq_stack.kafka_bootstrap}" in text
+        )
+        assert "Kafka bootstrap" not in text
+        # another Kafka port on the running stack: an error saying what to do
+        other = run("dev", "up", "--no-auditor", "--kafka-listener-port", str(port + 1))
+        assert other.returncode == 1 and "Traceback" not in other.stderr, other.stderr
+        assert (
+            f"already running with its Kafka port at 127.0.0.1:{port} (asked for "
+            f"--kafka-listener-port {port + 1})" in " ".join(other.stderr.split())
+        )
         topic = unique_name("dev")
-        reports = produce_confluent(b["kafka"], topic, records(20),
-                                    **{"message.timeout.ms": 60_000})  # fmt: skip
+        reports = produce_confluent(doc["kafka_listener"]["bootstrap_servers"], topic,
+                                    records(20), **{"message.timeout.ms": 60_000})  # fmt: skip
         assert len(reports) == 20 and all(err is None for err, _ in reports), reports[0]
         # ...and its HTTP ingest URL takes records too (the topic has its writer now)
         assert b["ingest"] == b["http"] + "/v1/topics/{topic}/records"

@@ -65,6 +65,16 @@ CASES = [
     (["audit", "report", "--topic", "t", "--since", "2099-01-01"], "is not in the past"),
     (["cat", "s3://b/k", "--endpoint-url", "foo"], "use http(s)://host:port"),
     (["dev", "up", "--s3-port", "70000"], "'--s3-port'"),
+    # (--kafka-port pinned the notification Kafka, not the port Kafka producers write to)
+    (
+        ["dev", "up", "--kafka-port", "19092", "--notification-kafka-port", "19093"],
+        "--kafka-port is the old name of --notification-kafka-port: give one of them",
+    ),
+    (
+        ["dev", "up", "--kafka-listener-port", "65535", "--brokers", "2"],
+        "65535 with 2 brokers needs ports up to 65536",
+    ),
+    (["dev", "up", "--kafka-listener-port", "0"], "'--kafka-listener-port'"),
     (["token", "create", "--principal", ""], "'--principal'"),
     # (what the user typed is printed as typed: square brackets are not Rich markup)
     (["topic", "describe", "a[/b]"], "invalid topic name 'a[/b]'"),
