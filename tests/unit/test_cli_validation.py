@@ -22,6 +22,11 @@ CASES = [
     (["produce", "--topic", "x" * 300, "--count", "1"], "1-249 characters"),
     (["produce", "--topic", "t", "--compression", "foo"], "unknown compression 'foo'"),
     (["produce", "--topic", "t", "--batch-size", "10"], "'--batch-size'"),
+    # (an "unknown key", though MemQ is always idempotent)
+    (
+        ["produce", "--topic", "t", "--count", "1", "-X", "enable.idempotence=false"],
+        "always idempotent",
+    ),
     (["consume", "--topic", "lines", "--from-time", "-5"], "before 1970"),
     (["consume", "--topic", "t", "--from-time", "yesterday"], "is not ISO-8601"),
     # epoch seconds (or an ISO basic date) were read as ms: silently January 1970
