@@ -877,3 +877,49 @@ def test_dev_stack_brokers_list_a_kafka_endpoint_that_takes_records(
         assert doc["records"] == 1 and doc["stored"]["key"], doc
     finally:
         memq("dev", "down")
+
+
+# --- clients at the wrong port ---------------------------------------------------------------
+
+
+def test_a_kafka_consumer_is_told_to_read_with_memq_and_the_broker_log_stays_bounded(
+    broker: BrokerThread, topic: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A Kafka consumer (confluent-kafka, a group) on the Kafka port gets one error that
+    names MemQ's consumer (it got UNSUPPORTED_VERSION, then looped on "all brokers
+    down" while the broker logged a warning a second); it keeps asking for the group's
+    coordinator, on the same connection, and the broker logs that once."""
+    import logging
+
+    from confluent_kafka import Consumer as KafkaConsumer
+
+    assert broker.server is not None
+    reg = broker.server.metrics.registry
+    caplog.set_level(logging.INFO, logger="memq.broker")
+
+    def asked() -> float:
+        labels = {"type": "KAFKA_FINDCOORDINATOR", "status": "INVALID_REQUEST"}
+        return reg.get_sample_value("memq_requests_total", labels) or 0.0
+
+    c = KafkaConsumer({"bootstrap.servers": kafka_address(broker), "group.id": "kafka-reader",
+                       "auto.offset.reset": "earliest"})  # fmt: skip
+    try:
+        c.subscribe([topic])
+        errors = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (not errors or asked() < 4):
+            msg = c.poll(0.5)
+            if msg is not None and msg.error() is not None:
+                errors.append(msg.error())
+    finally:
+        c.close()
+    assert errors, "the consumer was never told"
+    assert all(e.code() == 42 for e in errors), errors  # INVALID_REQUEST, once per cause
+    assert "MemQ's Kafka port takes Kafka producers only" in errors[0].str(), errors[0].str()
+    assert "memq consume" in errors[0].str()
+    assert asked() >= 4  # it keeps asking (about once a second)...
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("memq.broker")]
+    about = [m for m in lines if "coordinator" in m or "kafka-reader" in m]
+    assert len(about) == 1, about  # ...and the broker said so once
+    assert "asked for the group coordinator of 'kafka-reader'" in about[0]
+    assert not [m for m in lines if "closing" in m], lines  # (no reconnect loop)
