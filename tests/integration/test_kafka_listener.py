@@ -882,6 +882,11 @@ def test_dev_stack_brokers_list_a_kafka_endpoint_that_takes_records(
 # --- clients at the wrong port ---------------------------------------------------------------
 
 
+def memq_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "memq.cli.main", *args], capture_output=True,
+                          text=True, timeout=120, check=False, env=env)  # fmt: skip
+
+
 def test_a_kafka_consumer_is_told_to_read_with_memq_and_the_broker_log_stays_bounded(
     broker: BrokerThread, topic: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -923,3 +928,56 @@ def test_a_kafka_consumer_is_told_to_read_with_memq_and_the_broker_log_stays_bou
     assert len(about) == 1, about  # ...and the broker said so once
     assert "asked for the group coordinator of 'kafka-reader'" in about[0]
     assert not [m for m in lines if "closing" in m], lines  # (no reconnect loop)
+
+
+def test_memq_produce_at_a_kafka_port_names_the_mistake(
+    broker: BrokerThread, memq_stack: StackState
+) -> None:
+    """MemQ's own client at a Kafka address (the broker's Kafka port, the stack's
+    notification Kafka) or at the HTTP port: one typed error naming what answered and
+    where MemQ clients go (it said "frame CRC mismatch... the connection corrupted
+    data", or retried until its timeout)."""
+    assert broker.server is not None
+    http = f"127.0.0.1:{broker.server.http_port}"
+    for address, kind in ((kafka_address(broker), "Kafka"),
+                          (memq_stack.kafka_bootstrap, "Kafka"), (http, "HTTP")):  # fmt: skip
+        t0 = time.monotonic()
+        out = memq_cli("produce", "-b", address, "--topic", "t", "--count", "1", "--timeout", "60")
+        assert out.returncode == 1, out.stdout + out.stderr
+        text = " ".join(out.stderr.split())
+        assert f"{address} speaks the {kind} protocol" in text, text
+        assert "MemQ clients connect to a broker's MemQ port (`memq dev status`" in text, text
+        assert "CRC" not in text and "Traceback" not in text, text
+        assert time.monotonic() - t0 < 50, "it retried a wrong address until its timeout"
+    from memq import Producer
+    from memq.errors import WrongProtocolError
+
+    with (
+        Producer({"bootstrap.servers": kafka_address(broker)}) as p,
+        pytest.raises(WrongProtocolError, match="speaks the Kafka protocol"),
+    ):
+        p.produce("t", b"x").result(timeout=60)
+
+
+def test_a_kafka_client_at_the_memq_port_is_logged_once_saying_where_to_go(
+    broker: BrokerThread, topic: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The reverse: a Kafka producer pointed at the MemQ port; the broker names the
+    mistake (once, though the client keeps reconnecting) and nothing is stored."""
+    import logging
+
+    from confluent_kafka import Producer as KafkaProducer
+
+    caplog.set_level(logging.INFO, logger="memq.broker")
+    p = KafkaProducer({"bootstrap.servers": broker.address, "message.timeout.ms": 3000,
+                       "reconnect.backoff.ms": 10, "reconnect.backoff.max.ms": 100})  # fmt: skip
+    failed: list[Any] = []
+    p.produce(topic, b"lost", on_delivery=lambda err, _m: failed.append(err))
+    assert p.flush(30) == 0
+    assert failed and failed[0] is not None
+    lines = [r.getMessage() for r in caplog.records if "Kafka client" in r.getMessage()]
+    assert len(lines) == 1, lines
+    assert (
+        "a Kafka client (a request of Kafka api key 18) on the MemQ port: Kafka clients "
+        "write to this broker's Kafka port (kafka_listener" in lines[0]
+    )
