@@ -38,13 +38,20 @@ times, for replication factor 3) and MemQ's over Kafka's (``cpu_vs_kafka``).
       (CPU from JVM start to exit) when too short for two lines after the warm-up, as in
       ``--quick``. Its latency figures are the tool's summary over the whole run.
 
+  (da), (db), (jda), (jdb): both clients with their defaults (nothing set but
+      bootstrap.servers: what a team's first benchmark runs), into a broker with the
+      topic settings of a `memq dev up` broker (its batch.ms, batch.bytes, ring_size and
+      notification partitions, which its Kafka port shows) and into Apache Kafka with a
+      topic of as many partitions.
+
 ``ratio_MBps`` is (a) / (b); ``ratio_MBps_16p`` is (a16) / (b); ``ratio_MBps_java`` is
-(ja) / (jb).
+(ja) / (jb); ``ratio_MBps_defaults`` (da) / (db); ``ratio_MBps_java_defaults`` (jda) /
+(jdb). ``--only`` runs some rows (a ratio needs both of its rows).
 
 Writes ``benchmarks/results/kafka_ingest.json``.
 
     python benchmarks/bench_kafka_ingest.py [--quick] [--seconds S] [--reps N]
-        [--partitions N] [--out PATH]
+        [--partitions N] [--only ROW,...] [--out PATH]
 """
 
 from __future__ import annotations
@@ -93,15 +100,30 @@ JAVA_PRODUCER = {
     "buffer.memory": 64 << 20,
 }
 
+#: The clients as a new user runs them: nothing set but where to write (confluent-kafka:
+#: acks=all, no idempotence, linger.ms 5, batch.size 1 MB; Kafka's Java client 4.1:
+#: acks=all, idempotent, linger.ms 5, batch.size 16 KiB, max.request.size 1 MiB,
+#: buffer.memory 32 MiB, 5 requests in flight per connection).
+DEFAULTS: dict[str, Any] = {}
+JAVA_DEFAULTS: dict[str, Any] = {}
+
 LIBRDKAFKA = ("memq_kafka_listener", "memq_kafka_listener_16p", "kafka_direct")
 JAVA = ("java_memq_kafka_listener", "java_kafka_direct")
-VARIANTS = (*LIBRDKAFKA, *JAVA)
+#: Both clients with their defaults into a broker set up as `memq dev up` sets it up
+#: (its batch.ms, batch.bytes, ring_size and topic partitions), and into Kafka with a
+#: topic of those partitions: what a team's first benchmark of the dev stack sees.
+LIBRDKAFKA_DEFAULTS = ("defaults_memq_kafka_listener", "defaults_kafka_direct")
+JAVA_DEFAULTS_ROWS = ("java_defaults_memq_kafka_listener", "java_defaults_kafka_direct")
+VARIANTS = (*LIBRDKAFKA, *JAVA, *LIBRDKAFKA_DEFAULTS, *JAVA_DEFAULTS_ROWS)
 #: (MemQ row, its Kafka row, the ratio's name)
 PAIRS = (
     ("memq_kafka_listener", "kafka_direct", "ratio_MBps"),
     ("memq_kafka_listener_16p", "kafka_direct", "ratio_MBps_16p"),
     ("java_memq_kafka_listener", "java_kafka_direct", "ratio_MBps_java"),
-)
+    ("defaults_memq_kafka_listener", "defaults_kafka_direct", "ratio_MBps_defaults"),
+    ("java_defaults_memq_kafka_listener", "java_defaults_kafka_direct",
+     "ratio_MBps_java_defaults"),
+)  # fmt: skip
 
 
 def broker_cfg(
@@ -110,17 +132,40 @@ def broker_cfg(
     partitions: int | None = None,
     bucket: str | None = None,
     topic_partitions: int = PARTITIONS,
+    dev: bool = False,
 ) -> dict[str, Any]:
+    """The benchmark broker; ``dev``: with the topic settings of a `memq dev up` broker
+    (:func:`dev_topic`) instead of ``batch_ms``, ``topic_partitions`` and ring_size 4."""
     store = benchlib.storage_config(
         "s3", bucket=bucket or state.bucket, endpoint=state.s3_endpoint, max_connections=8
     )
+    batch: dict[str, Any] = {"bytes": 8 << 20, "ms": batch_ms}
+    ring = 4
+    if dev:
+        d = dev_topic(state)
+        batch, ring, topic_partitions = d["batch"], d["ring_size"], d["notification_partitions"]
+        partitions = partitions or d["kafka_listener_partitions"]
     return benchlib.broker_config(
         state, "bench-kafka-listener", store, [{"name": "bench-kafka-ingest"}],
-        partitions=topic_partitions, batch={"bytes": 8 << 20, "ms": batch_ms},
-        topic_defaults={"ring_size": 4},
+        partitions=topic_partitions, batch=batch, topic_defaults={"ring_size": ring},
         kafka_listener={"port": 0, **({"partitions": partitions} if partitions else {})},
         upload_threads=8,
     )  # fmt: skip
+
+
+def dev_topic(state: Any) -> dict[str, Any]:
+    """The topic settings of a `memq dev up` broker (memq/devstack/brokers.py): batch,
+    ring_size, notification partitions, its Kafka port's partitions (None: the
+    notification partitions) and the partitions that port shows."""
+    from memq.devstack.brokers import dev_broker_config
+
+    cfg = dev_broker_config("bench", state.s3, state.kafka)
+    d = cfg["topic_defaults"]
+    listener = cfg["kafka_listener"].get("partitions")
+    return {"batch": d["batch"], "ring_size": d["ring_size"],
+            "notification_partitions": d["notification"]["partitions"],
+            "kafka_listener_partitions": listener,
+            "partitions": listener or d["notification"]["partitions"]}  # fmt: skip
 
 
 def drive(
@@ -130,9 +175,11 @@ def drive(
     warmup: float,
     seconds: float,
     others: Mapping[str, int | None] | None = None,
+    producer: Mapping[str, Any] = PRODUCER,
 ) -> dict[str, Any]:
     """One producer thread keeps the client buffer full; figures over the window.
-    ``others``: more processes whose CPU seconds per GiB to report (this client, S3...)."""
+    ``others``: more processes whose CPU seconds per GiB to report (this client, S3...);
+    ``producer``: its settings."""
     procs: dict[str, int | None] = {"client": os.getpid(), **(others or {})}
     cpu_others0: dict[str, float] = {}
     from confluent_kafka import Producer
@@ -151,7 +198,7 @@ def drive(
                 rtt.append((r["p50"] / 1e6, r["p99"] / 1e6))
 
     p = Producer(
-        {"bootstrap.servers": bootstrap, **PRODUCER,
+        {"bootstrap.servers": bootstrap, **producer,
          "statistics.interval.ms": 1000, "stats_cb": stats}
     )  # fmt: skip
 
@@ -224,12 +271,13 @@ def drive_java(
     warmup: float,
     seconds: float,
     rate_MBps: float,  # noqa: N803
+    props: dict[str, Any] = JAVA_PRODUCER,
 ) -> dict[str, Any]:
     """Kafka's Java producer (``ProducerPerformance``) for about warm-up + ``seconds`` at
     ``rate_MBps``; ``server``: the label in ``procs`` of the process receiving."""
     records = kafka_perf.num_records(rate_MBps, RECORD, warmup, seconds)
     result = kafka_perf.run(
-        bootstrap, topic, procs, records=records, record=RECORD, props=JAVA_PRODUCER,
+        bootstrap, topic, procs, records=records, record=RECORD, props=props,
         warmup=warmup,
     )  # fmt: skip
     result["server_cpu_s_per_GiB"] = result["cpu_s_per_GiB"].get(server)
@@ -244,27 +292,34 @@ def _memq(
     seconds: float,
     topic_partitions: int = PARTITIONS,
     java_rate: float | None = None,
+    client: Mapping[str, Any] | None = None,
+    dev: bool = False,
 ) -> Any:
     """One run into a fresh MemQ broker's Kafka port: confluent-kafka, or Kafka's Java
-    producer sized for ``java_rate`` MB/s when that is given."""
+    producer sized for ``java_rate`` MB/s when that is given; ``client``: its settings
+    (default: the tuned ones); ``dev``: the broker set up as `memq dev up`'s."""
     name = f"bench-kafka-listener-{partitions}"
     # each run on an empty moto: the objects of earlier runs (GiBs) slow it down
+    cfg = broker_cfg(state, batch_ms, partitions, None, topic_partitions, dev=dev)
     with (
         benchlib.fresh_bucket(state, "bench-kafka-ingest") as bucket,
         benchlib.broker_process(
-            state, name, broker_cfg(state, batch_ms, partitions, bucket, topic_partitions)
+            state, name, broker_cfg(state, batch_ms, partitions, bucket, topic_partitions, dev)
         ) as info,
     ):
-        shown = partitions or topic_partitions
-        client = "confluent-kafka" if java_rate is None else "Java producer"
-        eprint(f"{client} -> MemQ Kafka listener {info['kafka']} ({shown} partitions): "
-               f"{seconds:.0f} s window")  # fmt: skip
+        shown = (cfg["kafka_listener"].get("partitions")
+                 or cfg["topic_defaults"]["notification"]["partitions"])  # fmt: skip
+        who = "confluent-kafka" if java_rate is None else "Java producer"
+        eprint(f"{who} -> MemQ Kafka listener {info['kafka']} ({shown} partitions"
+               f"{', dev broker' if dev else ''}): {seconds:.0f} s window")  # fmt: skip
         procs = {"broker": info["pid"], **benchlib.stack_pids(state)}
         topic = "bench-kafka-ingest"
         if java_rate is None:
-            result = drive(info["kafka"], topic, info["pid"], warmup, seconds, procs)
+            result = drive(info["kafka"], topic, info["pid"], warmup, seconds, procs,
+                           PRODUCER if client is None else client)  # fmt: skip
         else:
-            result = drive_java(info["kafka"], topic, "broker", procs, warmup, seconds, java_rate)
+            result = drive_java(info["kafka"], topic, "broker", procs, warmup, seconds, java_rate,
+                                JAVA_PRODUCER if client is None else dict(client))  # fmt: skip
         sealed = _sealed_by_trigger(info["http"])
     result["batches_sealed_by_trigger"] = sealed
     result["cpu_total"] = benchlib.cpu_totals(result["cpu_s_per_GiB"], memq=True)
@@ -272,14 +327,21 @@ def _memq(
 
 
 def _direct(
-    state: Any, partitions: int, warmup: float, seconds: float, java_rate: float | None = None
+    state: Any,
+    partitions: int,
+    warmup: float,
+    seconds: float,
+    java_rate: float | None = None,
+    client: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One run straight into the stack's Apache Kafka, into a new topic of
-    ``partitions``: confluent-kafka, or the Java producer for ``java_rate`` MB/s."""
+    ``partitions``: confluent-kafka, or the Java producer for ``java_rate`` MB/s;
+    ``client``: its settings (default: the tuned ones)."""
     from memq.storage_handlers.kafka_sink import ensure_topic
 
-    client = "confluent-kafka" if java_rate is None else "Java producer"
-    eprint(f"{client} -> Apache Kafka {state.kafka_bootstrap}: {seconds:.0f} s window")
+    who = "confluent-kafka" if java_rate is None else "Java producer"
+    eprint(f"{who} -> Apache Kafka {state.kafka_bootstrap} ({partitions} partitions): "
+           f"{seconds:.0f} s window")  # fmt: skip
     procs = benchlib.stack_pids(state)
     # A new topic each time, deleted after: only to bound the disk a run uses (each
     # window writes GiBs of log segments into the stack's state dir).
@@ -288,11 +350,13 @@ def _direct(
     try:
         if java_rate is None:
             bootstrap, pid = state.kafka_bootstrap, procs.get("kafka")
-            result = drive(bootstrap, topic, pid, warmup, seconds, procs)
+            result = drive(bootstrap, topic, pid, warmup, seconds, procs,
+                           PRODUCER if client is None else client)  # fmt: skip
         else:
             result = drive_java(
-                state.kafka_bootstrap, topic, "kafka", procs, warmup, seconds, java_rate
-            )
+                state.kafka_bootstrap, topic, "kafka", procs, warmup, seconds, java_rate,
+                JAVA_PRODUCER if client is None else dict(client),
+            )  # fmt: skip
     finally:
         benchlib.delete_kafka_topic(state.kafka_bootstrap, topic)
     result["cpu_total"] = benchlib.cpu_totals(result["cpu_s_per_GiB"], memq=False)
@@ -311,54 +375,107 @@ def _sealed_by_trigger(http: str) -> dict[str, int]:
     return out
 
 
-def run(
-    seconds: float, warmup: float, batch_ms: int, reps: int = 1, partitions: int = PARTITIONS
+#: The Java producer's rate for sizing its first run, when no confluent-kafka run of the
+#: same target came before it in the repetition (MB/s).
+JAVA_FIRST_GUESS = 30.0
+
+
+def _row(
+    name: str,
+    state: Any,
+    r: dict[str, Any],
+    rate: dict[str, float],
+    *,
+    batch_ms: int,
+    partitions: int,
+    dev_partitions: int,
+    warmup: float,
+    seconds: float,
+    java_guess: float = JAVA_FIRST_GUESS,
 ) -> dict[str, Any]:
-    """Every variant ``reps`` times in turn on one stack. The variants' entries are the
-    last repetition's; each ratio is computed within a repetition, and ``ratio_MBps``,
-    ``ratio_MBps_16p`` and ``ratio_MBps_java`` are the medians (``ratios`` has min /
+    """One run of row ``name``; ``r``: this repetition's rows so far; ``rate``: each Java
+    row's last rate; ``java_guess``: a Java row's rate when neither says one (MB/s)."""
+    # A Java run's length comes from a rate: its own last one, or in the first
+    # repetition twice that of the confluent-kafka row of the same target, so that a
+    # faster Java client still fills a steady window (a slower one only runs longer; a
+    # --quick run is measured whole and keeps its length).
+    guess = 2.0 if seconds >= 2 * kafka_perf.REPORT_S else 1.0
+    base = {"java_memq_kafka_listener": "memq_kafka_listener",
+            "java_kafka_direct": "kafka_direct",
+            "java_defaults_memq_kafka_listener": "defaults_memq_kafka_listener",
+            "java_defaults_kafka_direct": "defaults_kafka_direct"}.get(name)  # fmt: skip
+    java_rate = rate.get(name) or (
+        guess * r[base]["MBps"] if base in r and r[base]["MBps"] else java_guess
+    )
+    args = (warmup, seconds)
+    if name == "memq_kafka_listener":
+        return _memq(state, batch_ms, None, *args, partitions)
+    if name == "memq_kafka_listener_16p":
+        return _memq(state, batch_ms, 16, *args, partitions)
+    if name == "kafka_direct":
+        return _direct(state, partitions, *args)
+    if name == "java_memq_kafka_listener":
+        return _memq(state, batch_ms, None, *args, partitions, java_rate=java_rate)
+    if name == "java_kafka_direct":
+        return _direct(state, partitions, *args, java_rate=java_rate)
+    if name == "defaults_memq_kafka_listener":
+        return _memq(state, batch_ms, None, *args, client=DEFAULTS, dev=True)
+    if name == "defaults_kafka_direct":
+        return _direct(state, dev_partitions, *args, client=DEFAULTS)
+    if name == "java_defaults_memq_kafka_listener":
+        return _memq(state, batch_ms, None, *args, java_rate=java_rate, client=JAVA_DEFAULTS,
+                     dev=True)  # fmt: skip
+    if name == "java_defaults_kafka_direct":
+        return _direct(state, dev_partitions, *args, java_rate=java_rate, client=JAVA_DEFAULTS)
+    raise ValueError(f"no row {name!r}")
+
+
+def run(
+    seconds: float,
+    warmup: float,
+    batch_ms: int,
+    reps: int = 1,
+    partitions: int = PARTITIONS,
+    only: list[str] | None = None,
+    java_guess: float = JAVA_FIRST_GUESS,
+) -> dict[str, Any]:
+    """Every variant (or those in ``only``) ``reps`` times in turn on one stack. The
+    variants' entries are the last repetition's; ``rows`` has each one's min / median /
+    max MB/s and CPU-s per GiB per process over the repetitions; each ratio is computed
+    within a repetition, and the ``ratio_*`` keys are the medians (``ratios`` has min /
     median / max)."""
+    chosen = [n for n in VARIANTS if only is None or n in only]
     runs: list[dict[str, Any]] = []
     with benchlib.private_stack() as state:
         server = benchlib.kafka_server(state)
-        rate: dict[str, float] = {}  # the Java producer's last rate per target
+        dev = dev_topic(state)
+        rate: dict[str, float] = {}  # the Java producer's last rate per row
         for rep in range(reps):
             eprint(f"repetition {rep + 1}/{reps}")
-            r: dict[str, Any] = {
-                "memq_kafka_listener": _memq(state, batch_ms, None, warmup, seconds, partitions),
-                "memq_kafka_listener_16p": _memq(state, batch_ms, 16, warmup, seconds, partitions),
-                "kafka_direct": _direct(state, partitions, warmup, seconds),
-            }  # fmt: skip
-            # The Java run's length comes from a rate: its own last one, or in the first
-            # repetition twice confluent-kafka's, so that a faster Java client still
-            # fills a steady window (a slower one only runs longer; a --quick run is
-            # measured whole and keeps its length).
-            guess = 2.0 if seconds >= 2 * kafka_perf.REPORT_S else 1.0
-            r["java_memq_kafka_listener"] = _memq(
-                state, batch_ms, None, warmup, seconds, partitions,
-                java_rate=rate.get("memq", guess * r["memq_kafka_listener"]["MBps"]),
-            )  # fmt: skip
-            r["java_kafka_direct"] = _direct(
-                state, partitions, warmup, seconds,
-                java_rate=rate.get("direct", guess * r["kafka_direct"]["MBps"]),
-            )  # fmt: skip
-            rate = {"memq": r["java_memq_kafka_listener"]["MBps"],
-                    "direct": r["java_kafka_direct"]["MBps"]}  # fmt: skip
+            r: dict[str, Any] = {}
+            for name in chosen:
+                r[name] = _row(name, state, r, rate, batch_ms=batch_ms, partitions=partitions,
+                               dev_partitions=dev["partitions"], warmup=warmup, seconds=seconds,
+                               java_guess=java_guess)  # fmt: skip
+            rate.update({n: r[n]["MBps"] for n in (*JAVA, *JAVA_DEFAULTS_ROWS) if n in r})
             for memq, direct, name in PAIRS:
+                if memq not in r or direct not in r:
+                    continue
                 r[name] = _ratio(r[memq], r[direct])
                 mine, theirs = r[memq]["cpu_total"], r[direct]["cpu_total"]
                 if mine is not None and theirs is not None and theirs["total"] > 0:
                     r[memq]["cpu_vs_kafka"] = round(mine["total"] / theirs["total"], 3)
             runs.append(r)
-    names = [name for _, _, name in PAIRS]
+    names = [name for memq, direct, name in PAIRS if memq in chosen and direct in chosen]
     ratios = {
         key: benchlib.spread([r[key] for r in runs])
         if all(r[key] is not None for r in runs)
         else None
         for key in names
     }
-    shown = {name: ("MBps", "ack_p99_ms", "rtt_p99_ms") for name in LIBRDKAFKA}
-    shown.update({name: ("MBps", "window", "window_s") for name in JAVA})
+    shown = {name: ("MBps", "ack_p99_ms", "rtt_p99_ms")
+             for name in (*LIBRDKAFKA, *LIBRDKAFKA_DEFAULTS)}  # fmt: skip
+    shown.update({name: ("MBps", "window", "window_s") for name in (*JAVA, *JAVA_DEFAULTS_ROWS)})
     return {
         "benchmark": "kafka_ingest",
         "machine": benchlib.machine(),
@@ -366,16 +483,21 @@ def run(
         "record_bytes": RECORD,
         "memq_batch_ms": batch_ms,
         "partitions": partitions,
+        "dev_broker": dev,
         "producer": PRODUCER,
         "java_producer": JAVA_PRODUCER,
+        "defaults_producer": DEFAULTS,
+        "java_defaults_producer": JAVA_DEFAULTS,
         "cpu_total_method": benchlib.CPU_TOTAL_METHOD,
         "reps": reps,
-        **{name: runs[-1][name] for name in VARIANTS},
+        "variants": chosen,
+        **{name: runs[-1][name] for name in chosen},
         **{key: (q["median"] if q else None) for key, q in ratios.items()},
         "ratios": ratios,
+        "rows": {name: benchlib.spread_rows(runs, name) for name in chosen},
         "runs": [
             {
-                **{name: {k: r[name][k] for k in shown[name]} for name in VARIANTS},
+                **{name: {k: r[name][k] for k in shown[name]} for name in chosen},
                 **{key: r[key] for key in names},
             }
             for r in runs
@@ -395,33 +517,40 @@ def _cpu(r: dict[str, Any]) -> str:
 
 
 def print_table(doc: dict[str, Any]) -> None:
+    chosen = doc["variants"]
     print(f"Kafka: {doc['kafka_server']}; topic partitions: {doc['partitions']} "
-          "(memq_kafka_listener_16p shows 16 on the Kafka port)")  # fmt: skip
-    print(f"{'confluent-kafka into':31} {'MB/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'rtt p50':>8} "
+          "(memq_kafka_listener_16p shows 16 on the Kafka port); defaults_* rows: "
+          f"the clients' defaults into a dev-stack broker {doc['dev_broker']}")  # fmt: skip
+    print(f"{'confluent-kafka into':34} {'MB/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'rtt p50':>8} "
           f"{'rtt p99':>8} {'CPU s/GiB':>10} {'failed':>7}")  # fmt: skip
-    for name in LIBRDKAFKA:
+    for name in (n for n in (*LIBRDKAFKA, *LIBRDKAFKA_DEFAULTS) if n in chosen):
         r = doc[name]
         cpu = "-" if r["server_cpu_s_per_GiB"] is None else f"{r['server_cpu_s_per_GiB']:.2f}"
-        print(f"{name:31} {r['MBps']:>8.2f} {r['ack_p50_ms']:>8.1f} {r['ack_p99_ms']:>8.1f} "
+        print(f"{name:34} {r['MBps']:>8.2f} {r['ack_p50_ms']:>8.1f} {r['ack_p99_ms']:>8.1f} "
               f"{r['rtt_p50_ms'] or 0:>8.1f} {r['rtt_p99_ms'] or 0:>8.1f} {cpu:>10} "
               f"{r['failed']:>7}")  # fmt: skip
-    print(f"{'Java ProducerPerformance into':31} {'MB/s':>8} {'window':>10} {'p50 ms':>8} "
+    print(f"{'Java ProducerPerformance into':34} {'MB/s':>8} {'window':>10} {'p50 ms':>8} "
           f"{'p99 ms':>8} {'tool MB/s':>10} {'CPU s/GiB':>10} {'failed':>7}")  # fmt: skip
-    for name in JAVA:
+    for name in (n for n in (*JAVA, *JAVA_DEFAULTS_ROWS) if n in chosen):
         r = doc[name]
         t = r["tool_summary"]
         cpu = "-" if r["server_cpu_s_per_GiB"] is None else f"{r['server_cpu_s_per_GiB']:.2f}"
         window = f"{r['window_s']:.0f} s" + (" (run)" if r["window"] != "steady" else "")
-        print(f"{name:31} {r['MBps']:>8.2f} {window:>10} {t['lat_p50_ms']:>8.0f} "
+        print(f"{name:34} {r['MBps']:>8.2f} {window:>10} {t['lat_p50_ms']:>8.0f} "
               f"{t['lat_p99_ms']:>8.0f} {t['MBps']:>10.2f} {cpu:>10} {r['failed']:>7}")  # fmt: skip
-    for name in VARIANTS:
-        print(f"{name:31} CPU s/GiB: {_cpu(doc[name])}")
+    for name in chosen:
+        sealed = doc[name].get("batches_sealed_by_trigger")
+        print(f"{name:34} CPU s/GiB: {_cpu(doc[name])}"
+              + (f"; batches sealed by {sealed}" if sealed else ""))  # fmt: skip
     print(f"CPU totals: {doc['cpu_total_method']}.")
-    names = [name for _, _, name in PAIRS]
+    names = list(doc["ratios"])
     if doc["reps"] > 1:
         for i, r in enumerate(doc["runs"], 1):
-            print(f"repetition {i}: " + ", ".join(f"{n} {r[n]['MBps']:.1f} MB/s" for n in VARIANTS)
+            print(f"repetition {i}: " + ", ".join(f"{n} {r[n]['MBps']:.1f} MB/s" for n in chosen)
                   + "; " + ", ".join(f"{k} {r[k]}" for k in names))  # fmt: skip
+        for name in chosen:
+            q = doc["rows"][name]["MBps"]
+            print(f"{name:34} MB/s min / median / max: {q['min']} / {q['median']} / {q['max']}")
         q = doc["ratios"]
         print("MemQ / direct throughput, min / median / max: "
               + "; ".join(f"{k} " + (f"{q[k]['min']} / {q[k]['median']} / {q[k]['max']}"
@@ -438,18 +567,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=1, help="repetitions of every variant (1)")
     ap.add_argument("--partitions", type=int, default=PARTITIONS,
                     help=f"partitions of the topic, in MemQ and in the direct run ({PARTITIONS})")  # fmt: skip
+    ap.add_argument("--only", default=None,
+                    help=f"comma-separated rows to run (default: all of {', '.join(VARIANTS)})")  # fmt: skip
+    ap.add_argument("--java-guess-mbps", type=float, default=JAVA_FIRST_GUESS,
+                    help="the rate that sizes a Java row's first run when no confluent-kafka "
+                    f"row of its target ran before it ({JAVA_FIRST_GUESS:.0f})")  # fmt: skip
     ap.add_argument("--out", type=Path, default=benchlib.RESULTS / "kafka_ingest.json")
     args = ap.parse_args(argv)
     if args.reps < 1:
         raise SystemExit("--reps must be at least 1")
     if not 1 <= args.partitions <= 1000:
         raise SystemExit("--partitions must be 1-1000")
+    only = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else None
+    unknown = sorted(set(only or ()) - set(VARIANTS))
+    if unknown or only == []:
+        raise SystemExit(f"--only: no row {', '.join(unknown) or '(empty)'}: use some of "
+                         f"{', '.join(VARIANTS)}")  # fmt: skip
     seconds = args.seconds or (3.0 if args.quick else 20.0)
     doc = run(seconds, warmup=1.0 if args.quick else 5.0, batch_ms=args.batch_ms, reps=args.reps,
-              partitions=args.partitions)  # fmt: skip
+              partitions=args.partitions, only=only, java_guess=args.java_guess_mbps)  # fmt: skip
     print_table(doc)
     benchlib.write_result(doc, args.out)
-    failed = sum(doc[name]["failed"] for name in VARIANTS if not name.endswith("kafka_direct"))
+    failed = sum(doc[n]["failed"] for n in doc["variants"] if not n.endswith("kafka_direct"))
     return 0 if failed == 0 else 1
 
 

@@ -103,6 +103,31 @@ def _table(title: str, model: type[BaseModel], note: str = "") -> str:
     return "\n".join(rows)
 
 
+def _kafka_keys_table() -> str:
+    from memq.producer.config import KAFKA_PRODUCER_KEYS
+
+    rows = [
+        "\n## Kafka producer keys without a field (`memq.Producer`)\n",
+        "Kafka's other producer keys, as the Java client and librdkafka name them: each is "
+        "honoured under MemQ's name, accepted as a no-op, or refused with a one-line error "
+        "saying what to do.",
+        "",
+        "| key | what memq.Producer does |",
+        "|---|---|",
+    ]
+    for key, spec in KAFKA_PRODUCER_KEYS.items():
+        if spec.to is not None:
+            scale = f" x {spec.scale}" if spec.scale != 1 else ""
+            what = f"sets `{spec.to}`{scale} ({spec.says})"
+        elif spec.accepts:
+            shown = "true" if "true" in spec.accepts else ", ".join(sorted(spec.accepts))
+            what = f"`{shown}`: accepted, no effect; otherwise refused: {spec.says}"
+        else:
+            what = f"refused: {spec.says}"
+        rows.append(f"| `{key}` | {what} |")
+    return "\n".join(rows)
+
+
 HEADER = """# Configuration reference
 
 Generated from the config models by `python -m memq.configdoc > docs/configuration.md`
@@ -170,6 +195,7 @@ def render() -> str:
             "Keys are Kafka's dotted names; the snake_case field names work too "
             "(`Producer(linger_ms=5)`).",
         ),
+        _kafka_keys_table(),
         _table(
             "Consumer (`memq.Consumer`)",
             ConsumerConfig,

@@ -49,6 +49,7 @@ __all__ = [
     "UnknownRequestTypeError",
     "UnknownTopicError",
     "UnsupportedVersionError",
+    "WrongProtocolError",
     "error_for_status",
 ]
 
@@ -183,6 +184,11 @@ class InvalidRequestError(ProtocolError):
 class IdempotencyKeyReusedError(InvalidRequestError):
     """An HTTP ``Idempotency-Key`` the broker still remembers, sent with another body:
     not a retry (a retry sends the same body), and not stored as new records either."""
+
+
+class WrongProtocolError(ProtocolError):
+    """The address answers in another protocol (Kafka's, HTTP, TLS): it is not a MemQ
+    port, and retrying cannot help. The message names what answered and where to go."""
 
 
 class ConnectionLostError(ProtocolError):

@@ -25,6 +25,7 @@ from memq.aio import WriteCoalescer
 from memq.broker.cluster import AdminResponse
 from memq.broker.framed import FramedProtocol
 from memq.broker.host import BrokerHost
+from memq.broker.loglimit import LogLimiter
 from memq.errors import (
     AuthenticationError,
     ChecksumError,
@@ -46,6 +47,7 @@ from memq.formats.frames import (
     Request,
     RequestType,
     encode_response,
+    kafka_request,
     parse_frame,
 )
 from memq.protocol import (
@@ -70,6 +72,8 @@ if TYPE_CHECKING:
 __all__ = ["BrokerConnection", "ConnectionHost", "error_kind"]
 
 log = logging.getLogger(__name__)
+#: Lines about misdirected clients (a Kafka client on this port), per client address.
+_LOG_LIMIT = LogLimiter(interval=60.0)
 
 _KINDS = {
     StatusCode.CORRUPT_MESSAGE: "corrupt",
@@ -123,13 +127,16 @@ class BrokerConnection(FramedProtocol[RawFrame]):
         self.principal: str | None = None
         self._principal_expires: float | None = None
         self._auth_failures = 0
+        self.peer_host = "?"
 
     # --- asyncio.Protocol ---------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
-        self.peer = str(transport.get_extra_info("peername"))
+        peer = transport.get_extra_info("peername")
+        self.peer = str(peer)
+        self.peer_host = str(peer[0]) if isinstance(peer, tuple) and peer else self.peer
         if len(self.server.connections) >= self.server.config.max_connections:
             log.warning(
                 "refusing %s: max_connections (%d) reached",
@@ -250,6 +257,22 @@ class BrokerConnection(FramedProtocol[RawFrame]):
         self._send(encode_response(req_type, rid, status, text, body))
 
     async def _handle(self, raw: RawFrame) -> None:
+        api = kafka_request(raw)
+        if api is not None:
+            # A Kafka client retries every second or so: one line a minute per address.
+            where = (
+                "this broker's Kafka port (kafka_listener; `memq dev status` lists it)"
+                if self.server.config.kafka_listener is not None
+                else "a broker's Kafka port (this one has none: add kafka_listener)"
+            )
+            _LOG_LIMIT.log(
+                log, logging.WARNING, ("kafka_client", id(self.server), self.peer_host),
+                "closing %s: a Kafka client (a request of Kafka api key %d) on the MemQ "
+                "port: Kafka clients write to %s", self.peer, api, where,
+            )  # fmt: skip
+            self.server.metrics.errors.labels("corrupt").inc()
+            self.close()
+            return
         if not raw.crc_ok:
             self.respond_error(
                 raw.type,

@@ -14,6 +14,7 @@ metrics, processor, auditing and Kafka codec modules.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -103,6 +104,10 @@ class KafkaHost(Protocol):
         ...
 
     async def metadata(self, req: KafkaRequest, principal: str | None) -> Any: ...
+
+    def log_limited(self, level: int, key: Hashable, msg: str, *args: object) -> bool:
+        """Log unless ``key`` was logged recently (one line per cause and client)."""
+        ...
 
     def next_producer_id(self) -> int: ...
 

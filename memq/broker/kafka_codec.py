@@ -36,6 +36,7 @@ from aiokafka.protocol.admin import (
     SaslHandShakeRequest_v0,
     SaslHandShakeRequest_v1,
 )
+from aiokafka.protocol.coordination import FindCoordinatorRequest_v0, FindCoordinatorRequest_v1
 from aiokafka.protocol.metadata import (
     MetadataRequest_v0,
     MetadataRequest_v1,
@@ -58,6 +59,7 @@ from aiokafka.record import MemoryRecords
 from aiokafka.record.default_records import DefaultRecordBatch
 
 from memq.broker.kafka_structs import (
+    FindCoordinatorRequest_v2,
     InitProducerIdRequest_v1,
     MetadataRequest_v6,
     MetadataRequest_v7,
@@ -79,6 +81,7 @@ from memq.formats.frames import PrefixedReceiver
 __all__ = [
     "ADVERTISED_ONLY",
     "API_NAMES",
+    "READS_UNSUPPORTED",
     "SUPPORTED",
     "DecodedRecords",
     "KafkaError",
@@ -164,6 +167,9 @@ _REQUESTS: dict[tuple[int, int], type[Any]] = {
         SaslHandShakeRequest_v1,
         SaslAuthenticateRequest_v0,
         SaslAuthenticateRequest_v1,
+        FindCoordinatorRequest_v0,
+        FindCoordinatorRequest_v1,
+        FindCoordinatorRequest_v2,
     )
 }
 # aiokafka's ApiVersionRequest_v2 names v1's response; v2's layout is the same.
@@ -173,19 +179,27 @@ _RESPONSES: dict[tuple[int, int], type[Any]] = {
 }
 
 #: What the listener implements: api key -> (min, max) version, all non-flexible.
+#: FindCoordinator is answered with an error naming MemQ's consumer (there are no
+#: consumer groups here): Kafka consumers show it instead of retrying in a loop.
 SUPPORTED: dict[int, tuple[int, int]] = {
     PRODUCE: (3, 8),
     METADATA: (0, 8),
+    FIND_COORDINATOR: (0, 2),
     API_VERSIONS: (0, 2),
     INIT_PRODUCER_ID: (0, 1),
 }
 #: Added to :data:`SUPPORTED` when the broker enforces authentication (SASL/PLAIN).
 SASL_APIS: dict[int, tuple[int, int]] = {SASL_HANDSHAKE: (0, 1), SASL_AUTHENTICATE: (0, 1)}
 #: Advertised, never served: librdkafka enables v2 record batches (headers, idempotence)
-#: only when a broker lists Fetch v4, zstd only with Fetch v10 and lz4 only with
-#: FindCoordinator v0 (its feature map); such a request is answered like any unsupported
-#: one (MemQ is read with its own consumer).
-ADVERTISED_ONLY: dict[int, tuple[int, int]] = {FETCH: (4, 10), FIND_COORDINATOR: (0, 0)}
+#: only when a broker lists Fetch v4, and zstd only with Fetch v10 (its feature map; lz4
+#: needs FindCoordinator v0, which is served); such a request is answered like any
+#: unsupported one (MemQ is read with its own consumer).
+ADVERTISED_ONLY: dict[int, tuple[int, int]] = {FETCH: (4, 10)}
+#: What a Kafka client that reads is told (FindCoordinator's error message, the log).
+READS_UNSUPPORTED = (
+    "MemQ's Kafka port takes Kafka producers only (no consumer groups, no fetching): "
+    "read this topic with MemQ's consumer (memq.Consumer, `memq consume`) or Spark"
+)
 
 _HEADER = struct.Struct(">hhi")
 
@@ -206,8 +220,10 @@ class UnsupportedApi(UnsupportedVersionError):  # noqa: N818 (an error; the name
     def __init__(self, api_key: int, api_version: int, correlation_id: int) -> None:
         name = API_NAMES.get(api_key, f"api key {api_key}")
         super().__init__(
-            f"{name} v{api_version} is not supported by MemQ's Kafka listener "
-            "(it implements producing: ApiVersions, Metadata, Produce, InitProducerId)"
+            f"{name} v{api_version} is not supported by MemQ's Kafka listener (it "
+            "implements producing: ApiVersions, Metadata, Produce, InitProducerId; a Kafka "
+            "client that reads or administers gets this: read with memq.Consumer or "
+            "`memq consume`)"
         )
         self.api_key, self.api_version, self.correlation_id = api_key, api_version, correlation_id
 

@@ -20,9 +20,11 @@ from memq.broker.host import Flow, KafkaHost
 from memq.broker.kafka_codec import (
     API_NAMES,
     API_VERSIONS,
+    FIND_COORDINATOR,
     INIT_PRODUCER_ID,
     METADATA,
     PRODUCE,
+    READS_UNSUPPORTED,
     SASL_AUTHENTICATE,
     SASL_HANDSHAKE,
     KafkaError,
@@ -128,11 +130,15 @@ class KafkaConnection(KafkaStream):
         self._mechanism: str | None = None
         self._raw_sasl = False
         self._run_task: asyncio.Task[None] | None = None
+        self.host = "?"
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
-        self.peer = str(transport.get_extra_info("peername"))
+        peer = transport.get_extra_info("peername")
+        self.peer = str(peer)
+        #: The client's address without its port (a key of the listener's bounded logs).
+        self.host = str(peer[0]) if isinstance(peer, tuple) and peer else self.peer
         if not self.listener.opened(self):
             self._closed = True
             transport.abort()
@@ -228,7 +234,11 @@ class KafkaConnection(KafkaStream):
             self._count(e.api_key, "UNSUPPORTED_VERSION")
             self._answer(unsupported_response(e, self.listener.advertised))
             if e.api_key != API_VERSIONS:  # the client cannot read this answer: close
-                log.warning("kafka listener: closing %s: %s", self.peer, e)
+                # (a client that reads retries this every second or so: a bounded log)
+                self.listener.log_limited(
+                    logging.WARNING, ("unsupported", e.api_key, self.host),
+                    "kafka listener: closing %s: %s", self.peer, e,
+                )  # fmt: skip
                 self._flush()
                 self._closed = True
             return
@@ -250,6 +260,10 @@ class KafkaConnection(KafkaStream):
             self._answer(encode_response(cid, await self.listener.metadata(req, self.principal)))
         elif key == INIT_PRODUCER_ID:
             self._answer(encode_response(cid, self._init_producer_id(req)))
+        elif key == FIND_COORDINATOR:
+            self._answer(encode_response(cid, self._find_coordinator(req)))
+            self._count(key, "INVALID_REQUEST")
+            return
         elif key == SASL_HANDSHAKE:
             self._answer(encode_response(cid, self._sasl_handshake(req)))
         elif key == SASL_AUTHENTICATE:
@@ -258,6 +272,27 @@ class KafkaConnection(KafkaStream):
             await self._produce(req)
             return
         self._count(key, "OK")
+
+    def _find_coordinator(self, req: KafkaRequest) -> Any:
+        """No group or transaction coordinator here: an error the client shows (v1+
+        carries the text; librdkafka hands it to the application once and asks again
+        about every second, on the same connection)."""
+        body, v = req.body, req.api_version
+        key = body.consumer_group if v == 0 else body.coordinator_key
+        txn = v >= 1 and body.coordinator_type == 1
+        text = (
+            "MemQ's Kafka port has no transactions: produce without a transactional.id"
+            if txn
+            else READS_UNSUPPORTED
+        )
+        self.listener.log_limited(
+            logging.INFO, ("find_coordinator", self.host),
+            "kafka listener: %s (client %r) asked for the %s coordinator of %r: %s",
+            self.peer, req.client_id, "transaction" if txn else "group", key, text,
+        )  # fmt: skip
+        doc = {"throttle_time_ms": 0, "error_code": KafkaError.INVALID_REQUEST,
+               "error_message": text, "coordinator_id": -1, "host": "", "port": -1}  # fmt: skip
+        return build_response(FIND_COORDINATOR, v, doc)
 
     def _init_producer_id(self, req: KafkaRequest) -> Any:
         if req.body.transactional_id is not None:  # transactions need a coordinator

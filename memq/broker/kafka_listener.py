@@ -2,11 +2,12 @@
 
 Its own port (``kafka_listener`` in the broker config). Implements ApiVersions, Metadata,
 Produce and InitProducerId (plus SaslHandshake/SaslAuthenticate with PLAIN when the
-broker enforces auth); every other request is answered UNSUPPORTED_VERSION and the
-connection closed. Codecs are in :mod:`memq.broker.kafka_codec` (and
-:mod:`memq.broker.kafka_structs`), one connection's handling in
-:mod:`memq.broker.kafka_connection`; this module is the port, the state its connections
-share (producer ids, offsets) and Metadata:
+broker enforces auth); FindCoordinator is answered with an error naming MemQ's consumer
+(a Kafka consumer shows it); every other request is answered UNSUPPORTED_VERSION and
+the connection closed (logged at most once a minute per API and client). Codecs are in
+:mod:`memq.broker.kafka_codec` (and :mod:`memq.broker.kafka_structs`), one connection's
+handling in :mod:`memq.broker.kafka_connection`; this module is the port, the state its
+connections share (producer ids, offsets) and Metadata:
 
 - **Requests in order, responses in order.** A connection reads one request at a time
   and takes it as far as appending its blocks to the topic processors; ``acks=-1``
@@ -41,6 +42,7 @@ import ssl
 import time
 import weakref
 from collections import OrderedDict
+from collections.abc import Hashable
 from typing import Any, Protocol
 
 from memq.acl import AclTable
@@ -58,6 +60,7 @@ from memq.broker.kafka_codec import (
     node_id,
 )
 from memq.broker.kafka_connection import IDEMPOTENT_MAX_IN_FLIGHT, KafkaConnection
+from memq.broker.loglimit import LogLimiter
 from memq.broker.processor import Batch, TopicProcessor
 from memq.errors import MemqError, NotWriterError
 from memq.formats.keys import validate_name
@@ -116,6 +119,9 @@ class KafkaListener:
         #: Per topic: the open batch (weakly: never keeps a sealed batch's buffer alive)
         #: and, per connection, the flows waiting on it.
         self._held: dict[str, tuple[weakref.ref[Batch], dict[int, int]]] = {}
+        #: Lines about misdirected clients (readers, unsupported APIs), per cause and
+        #: client address: they retry every second or so.
+        self._log_limit = LogLimiter(interval=60.0)
         #: What ApiVersions lists; what is served is that minus ADVERTISED_ONLY.
         self.advertised = {**SUPPORTED, **ADVERTISED_ONLY}
         self.supported = dict(SUPPORTED)
@@ -143,6 +149,9 @@ class KafkaListener:
     def close_connections(self) -> None:
         for conn in list(self.connections):
             conn.close()
+
+    def log_limited(self, level: int, key: Hashable, msg: str, *args: object) -> bool:
+        return self._log_limit.log(log, level, key, msg, *args)
 
     def opened(self, conn: KafkaConnection) -> bool:
         """Admit a new connection (False: refused, over max_connections)."""

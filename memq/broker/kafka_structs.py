@@ -1,14 +1,18 @@
 """Kafka request/response versions aiokafka does not declare, in aiokafka's own schema
-types: Metadata v6-v8 and InitProducerId v1 (the later versions add fields only)."""
+types: Metadata v6-v8, InitProducerId v1 and FindCoordinator v2 (the later versions add
+fields only, or none)."""
 
 from __future__ import annotations
 
 from aiokafka.protocol.api import RequestStruct, Response
+from aiokafka.protocol.coordination import FindCoordinatorRequest_v1, FindCoordinatorResponse_v1
 from aiokafka.protocol.metadata import MetadataRequest_v5, MetadataResponse_v5
 from aiokafka.protocol.transaction import InitProducerIdRequest_v0, InitProducerIdResponse_v0
 from aiokafka.protocol.types import Array, Boolean, Int16, Int32, Schema, String
 
 __all__ = [
+    "FindCoordinatorRequest_v2",
+    "FindCoordinatorResponse_v2",
     "InitProducerIdRequest_v1",
     "InitProducerIdResponse_v1",
     "MetadataRequest_v6",
@@ -121,3 +125,16 @@ class InitProducerIdRequest_v1(RequestStruct):  # noqa: N801
     API_VERSION = 1
     RESPONSE_TYPE = InitProducerIdResponse_v1
     SCHEMA = InitProducerIdRequest_v0.SCHEMA
+
+
+class FindCoordinatorResponse_v2(Response):  # noqa: N801
+    API_KEY = 10
+    API_VERSION = 2
+    SCHEMA = FindCoordinatorResponse_v1.SCHEMA
+
+
+class FindCoordinatorRequest_v2(RequestStruct):  # noqa: N801
+    API_KEY = 10
+    API_VERSION = 2
+    RESPONSE_TYPE = FindCoordinatorResponse_v2
+    SCHEMA = FindCoordinatorRequest_v1.SCHEMA

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -26,8 +27,31 @@ def up(
     s3_port: int | None = typer.Option(
         None, min=1, max=65535, help="Fixed port for S3 (default: a free one)."
     ),
+    notification_kafka_port: int | None = typer.Option(
+        None,
+        "--notification-kafka-port",
+        min=1,
+        max=65535,
+        help="Fixed port for MemQ's internal notification Kafka, which holds the pointers "
+        "to stored objects (default: a free one). Not where Kafka producers write: that "
+        "is --kafka-listener-port.",
+    ),
     kafka_port: int | None = typer.Option(
-        None, min=1, max=65535, help="Fixed port for Kafka (default: a free one)."
+        None,
+        "--kafka-port",
+        min=1,
+        max=65535,
+        hidden=True,
+        help="The old name of --notification-kafka-port.",
+    ),
+    kafka_listener_port: int | None = typer.Option(
+        None,
+        "--kafka-listener-port",
+        min=1,
+        max=65535,
+        help="Fixed Kafka-protocol port of the MemQ brokers: what Kafka producers use as "
+        "bootstrap.servers. broker-1 gets this port, broker-2 the next one, and so on "
+        "(default: free ones, new on every up).",
     ),
     zk_port: int | None = typer.Option(
         None, min=1, max=65535, help="Fixed port for ZooKeeper (default: a free one)."
@@ -62,13 +86,34 @@ def up(
     written over HTTP and their Kafka port (docs/audit.md)."""
     from memq.devstack import DevStack
 
+    if kafka_port is not None:
+        if notification_kafka_port is not None and notification_kafka_port != kafka_port:
+            raise typer.BadParameter(
+                "--kafka-port is the old name of --notification-kafka-port: give one of them",
+                param_hint="'--kafka-port'",
+            )
+        err.print(
+            f"note: --kafka-port {kafka_port} pins MemQ's internal notification Kafka (its "
+            "name is now --notification-kafka-port); Kafka producers write to the brokers' "
+            "Kafka port: --kafka-listener-port"
+        )
+        notification_kafka_port = kafka_port
+    count = 1 if brokers is None else brokers
+    last = (kafka_listener_port or 0) + count - 1
+    if kafka_listener_port is not None and last > 65535:
+        raise typer.BadParameter(
+            f"{kafka_listener_port} with {count} broker{'s' if count != 1 else ''} needs "
+            f"ports up to {last} (one per broker, consecutive): pick a lower port",
+            param_hint="'--kafka-listener-port'",
+        )
     s = DevStack(state_dir)
     t0 = time.monotonic()
     with err.status("starting the local stack...") as status:
         state = s.up(
             ports={
                 "s3": s3_port,
-                "kafka": kafka_port,
+                "kafka": notification_kafka_port,
+                "kafka_listener": kafka_listener_port,
                 "zookeeper": zk_port,
                 "auditor": auditor_port,
             },
@@ -87,6 +132,20 @@ def up(
     _print_table(s)
 
 
+#: How ``status`` names each server: the notification Kafka is not where records go.
+_LABELS = {"kafka": "kafka (internal notifications)"}
+
+
+def _kafka_listeners(brokers: list[dict[str, Any]]) -> dict[str, str]:
+    """Each broker's Kafka port (where Kafka producers write), by broker name."""
+    out = {}
+    for b in brokers:
+        addr = b.get("kafka_listener") or b.get("kafka")  # (stack files before the new key)
+        if addr:
+            out[b["name"]] = addr
+    return out
+
+
 def _print_table(s: object) -> None:
     from memq.devstack import DevStack
 
@@ -102,17 +161,24 @@ def _print_table(s: object) -> None:
     for h in health:
         mark = "[green]healthy[/green]" if h.healthy else f"[red]{h.problem}[/red]"
         pid = "external" if h.external else str(h.pid)
-        t.add_row(h.name, h.endpoint, pid, mark)
+        t.add_row(_LABELS.get(h.name, h.name), h.endpoint, pid, mark)
     out.print(t)
-    out.print(
-        f"S3 bucket: {state.bucket}    Kafka bootstrap: {state.kafka_bootstrap}    "
-        f"ZooKeeper: {state.zk_connect}"
-    )
+    out.print(f"S3 bucket: {state.bucket}    ZooKeeper: {state.zk_connect}")
     if state.extra.get("auditor"):
         out.print(f"Audit dashboard: {state.extra['auditor']['url']}")
-    kafka = [f"{b['name']} {b['kafka']}" for b in state.extra.get("brokers", []) if b.get("kafka")]
-    if kafka:  # MemQ's own Kafka-protocol port (docs/ingest.md), not the notification Kafka
-        out.print(f"Kafka producers write to MemQ at: {', '.join(kafka)}")
+    brokers = state.extra.get("brokers", [])
+    if brokers:
+        memq = ", ".join(f"{b['endpoint']} ({b['name']})" for b in brokers)
+        out.print(f"MemQ clients (memq produce/consume, memq.Producer) use: {memq}", soft_wrap=True)
+    listeners = _kafka_listeners(brokers)
+    if listeners:
+        shown = ", ".join(f"{addr} ({name})" for name, addr in listeners.items())
+        out.print(f"Kafka producers write to MemQ at (bootstrap.servers): {shown}", soft_wrap=True)
+    out.print(
+        f"MemQ's internal notification Kafka (pointers to stored objects; records produced "
+        f"there are not in MemQ): {state.kafka_bootstrap}",
+        soft_wrap=True,
+    )
     if not all(h.healthy for h in health):
         raise typer.Exit(1)
 
@@ -134,6 +200,13 @@ def status(
     if state is None:
         out.print_json(json.dumps({"running": False, "state_dir": str(s.state_dir)}))
         raise typer.Exit(1)
+    notification = {
+        **health["kafka"].as_dict(),
+        "bootstrap": state.kafka_bootstrap,
+        "role": "MemQ's internal notification queue (pointers to stored objects); Kafka "
+        "producers write to kafka_listener.bootstrap_servers",
+    }
+    listeners = _kafka_listeners(state.extra.get("brokers", []))
     doc = {
         "running": True,
         "state_dir": state.state_dir,
@@ -143,10 +216,24 @@ def status(
             "bucket": state.bucket,
             "region": state.s3.details.get("region"),
         },
-        "kafka": {**health["kafka"].as_dict(), "bootstrap": state.kafka_bootstrap},
+        "kafka": notification,
+        "notification_kafka": notification,
+        "kafka_listener": (
+            {
+                "bootstrap_servers": ",".join(listeners.values()),
+                "brokers": listeners,
+                "role": "MemQ's Kafka port: Kafka producers write here (bootstrap.servers)",
+            }
+            if listeners
+            else None
+        ),
         "zookeeper": {**health["zookeeper"].as_dict(), "connect": state.zk_connect},
         "brokers": [
-            {**b, **health[b["name"]].as_dict()}
+            {
+                **b,
+                **({"kafka_listener": listeners[b["name"]]} if b["name"] in listeners else {}),
+                **health[b["name"]].as_dict(),
+            }
             for b in state.extra.get("brokers", [])
             if b["name"] in health
         ],

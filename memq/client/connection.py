@@ -23,6 +23,7 @@ from memq.errors import (
     MemqFormatError,
     RequestTimeoutError,
     StatusCode,
+    WrongProtocolError,
     error_for_status,
 )
 from memq.formats.frames import (
@@ -30,6 +31,8 @@ from memq.formats.frames import (
     FrameDecoder,
     RequestType,
     Response,
+    foreign_protocol,
+    kafka_api_versions_probe,
     parse_frame,
     request_frame_parts,
 )
@@ -45,6 +48,20 @@ log = logging.getLogger(__name__)
 SEND_BUFFER = 4 << 20
 #: Transport buffer above which writers wait (pause_writing/resume_writing).
 WRITE_HIGH_WATER = 2 << 20
+#: Deadline of the Kafka probe of an address that closed without answering.
+PROBE_TIMEOUT = 2.0
+_WHERE = "MemQ clients connect to a broker's MemQ port (`memq dev status` lists each one)"
+_PEERS = {
+    "Kafka": "it is a Kafka broker (such as the local stack's notification Kafka) or a "
+    "MemQ broker's Kafka port, where Kafka producers write",
+    "HTTP": "it is a MemQ broker's HTTP port (/metrics, HTTP ingest) or another web server",
+    "TLS": "it expects TLS: set security.protocol=ssl (and ssl.ca.location), or check the port",
+}
+
+
+def wrong_protocol(address: str, kind: str) -> WrongProtocolError:
+    """The error for an address that answered in protocol ``kind`` (foreign_protocol)."""
+    return WrongProtocolError(f"{address} speaks the {kind} protocol: {_PEERS[kind]}; {_WHERE}")
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -68,6 +85,12 @@ class ClientConnection(asyncio.Protocol):
         self._lost: MemqError | None = None
         self._drained = asyncio.Event()
         self._drained.set()
+        #: The first bytes received, until a valid frame came: a wrong address (a Kafka
+        #: or HTTP port) is told by them (foreign_protocol).
+        self._head = bytearray()
+        self._answered = False
+        self._tls = False
+        self._probe: asyncio.Task[None] | None = None
 
     @classmethod
     async def open(
@@ -133,14 +156,18 @@ class ClientConnection(asyncio.Protocol):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
         self._out = WriteCoalescer(asyncio.get_running_loop(), transport)
+        self._tls = transport.get_extra_info("ssl_object") is not None
 
     def data_received(self, data: bytes) -> None:
+        if not self._answered and len(self._head) < 8:
+            self._head += data[: 8 - len(self._head)]
         self.decoder.feed(data)
         try:
             for raw in self.decoder.frames():
                 resp = parse_frame(raw)
                 if not isinstance(resp, Response):
                     raise MemqFormatError("broker sent a request frame")
+                self._answered = True
                 if resp.request_id == 0 and resp.status != StatusCode.OK:
                     # A connection-level error (the broker closes after it).
                     self._fail_all(error_for_status(resp.status, resp.error))
@@ -149,13 +176,34 @@ class ClientConnection(asyncio.Protocol):
                 if fut is not None and not fut.done():
                     fut.set_result(resp)
         except MemqFormatError as e:
-            self._fail_all(ConnectionLostError(f"broker {self.address} sent a corrupt frame: {e}"))
+            kind = None if self._answered else foreign_protocol(self._head)
+            self._fail_all(
+                wrong_protocol(self.address, kind)
+                if kind is not None
+                else ConnectionLostError(f"broker {self.address} sent a corrupt frame: {e}")
+            )
             if self.transport is not None:
                 self.transport.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
         reason = f": {exc}" if exc else ""
-        self._fail_all(ConnectionLostError(f"connection to broker {self.address} closed{reason}"))
+        lost = ConnectionLostError(f"connection to broker {self.address} closed{reason}")
+        if self._answered or self._head or self._tls or not self._pending or self._lost:
+            self._fail_all(lost)
+            return
+        # Closed before any answer: a Kafka broker closes on a MemQ request it cannot
+        # parse. Ask it in Kafka's protocol (bounded) before failing the requests.
+        self._probe = asyncio.get_running_loop().create_task(self._fail_after_probe(lost))
+
+    async def _fail_after_probe(self, lost: ConnectionLostError) -> None:
+        err: MemqError = lost
+        try:
+            if await _speaks_kafka(self.address, PROBE_TIMEOUT):
+                err = wrong_protocol(self.address, "Kafka")
+        except Exception:  # (the probe failed: the connection's own error stands)
+            log.debug("probing %s in Kafka's protocol failed", self.address, exc_info=True)
+        finally:  # (cancelled too: every waiter gets an error)
+            self._fail_all(err)
 
     def pause_writing(self) -> None:
         self._drained.clear()
@@ -280,6 +328,25 @@ class ClientConnection(asyncio.Protocol):
             if self._out is not None:
                 self._out.flush()  # what was written before close() goes out
             self.transport.close()
+
+
+async def _speaks_kafka(address: str, timeout: float) -> bool:
+    """Whether ``address`` answers a Kafka ApiVersions request within ``timeout``."""
+    host, port = parse_address(address)
+    request, answered = kafka_api_versions_probe()
+
+    async def ask() -> bool:
+        reader, writer = await asyncio.open_connection(host, port)
+        try:
+            writer.write(request)
+            return answered(await reader.readexactly(10))
+        finally:
+            writer.close()
+
+    try:
+        return await asyncio.wait_for(ask(), timeout)
+    except (OSError, TimeoutError, asyncio.IncompleteReadError):
+        return False
 
 
 def _expire(fut: asyncio.Future[Response]) -> None:

@@ -40,17 +40,21 @@ def dev_broker_config(
     zookeeper: ServiceState | None = None,
     tls: dict[str, str] | None = None,
     chroot: str = DEV_CHROOT,
+    kafka_listener_port: int = 0,
 ) -> dict[str, Any]:
     """A clustered dev broker (through ``zookeeper`` under ``chroot``; standalone without
     it) writing to the stack's S3; with ``tls`` (from :func:`dev_tls`), TLS on both ports
-    and token/mTLS auth."""
+    and token/mTLS auth. ``kafka_listener_port``: the port Kafka producers write to (0:
+    a free one)."""
     cfg: dict[str, Any] = {
         "broker_id": name,
         "cluster": DEV_CLUSTER,
         "host": "127.0.0.1",
         "port": 0,
         "http_port": 0,
-        "kafka_listener": {"port": 0},  # Kafka producers write here too (docs/ingest.md)
+        # Kafka producers write here (docs/ingest.md); ``kafka`` (the notification
+        # Kafka) only holds MemQ's pointers to objects.
+        "kafka_listener": {"port": kafka_listener_port},
         # HTTP and Kafka-port writes reported to the auditor, as the clients' are here
         "audit": {"topic": DEFAULT_AUDIT_TOPIC},
         "auto_create_topics": True,
@@ -188,7 +192,15 @@ def start_broker(
         "http": f"{'https' if tls else 'http'}://127.0.0.1:{info['http_port']}",
         "ingest": f"{'https' if tls else 'http'}://127.0.0.1:{info['http_port']}"
         "/v1/topics/{topic}/records",
-        **({"kafka": f"127.0.0.1:{info['kafka_port']}"} if info.get("kafka_port") else {}),
+        # (``kafka``: the same address, the key older stack files and scripts read)
+        **(
+            {
+                "kafka_listener": f"127.0.0.1:{info['kafka_port']}",
+                "kafka": f"127.0.0.1:{info['kafka_port']}",
+            }
+            if info.get("kafka_port")
+            else {}
+        ),
         **({"tls_ca": tls["ca_file"]} if tls else {}),
         "pid": ref.pid,
         "start_time": ref.start_time,

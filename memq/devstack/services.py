@@ -37,6 +37,7 @@ __all__ = [
     "aws_env",
     "find_java",
     "find_zookeeper_classpath",
+    "port_taken",
     "s3_client",
     "zk_four_letter",
 ]
@@ -136,7 +137,7 @@ class Service:
             except DevStackError as e:
                 procs.stop(ref, timeout=5)
                 last = f"{e} (log: {log})"
-                if proc.poll() is not None and _port_taken(p):
+                if proc.poll() is not None and port_taken(p):
                     last = f"port {p} is in use: {last}"
                 continue
             (svc_dir / f"{self.name}.pid").write_text(f"{ref.pid}\n")
@@ -157,7 +158,8 @@ def _exit_reason(proc: subprocess.Popen[bytes]) -> str | None:
     return None if rc is None else f"exited with code {rc}"
 
 
-def _port_taken(port: int) -> bool:
+def port_taken(port: int) -> bool:
+    """Whether a local server already holds ``port`` on 127.0.0.1."""
     with socket.socket() as s:
         try:
             s.bind((HOST, port))

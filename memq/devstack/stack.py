@@ -42,6 +42,7 @@ from memq.devstack.services import (
     ServiceState,
     ZooKeeperService,
     aws_env,
+    port_taken,
     s3_client,
 )
 from memq.errors import DevStackError
@@ -189,7 +190,9 @@ class DevStack:
         """Start every server not already running (or taken from env overrides), then
         ``brokers`` MemQ brokers (default 1; always clustered through the ZooKeeper, so
         topic admin works with one) and, with ``auditor``, the audit service
-        (``ports["auditor"]`` fixes its port).
+        (``ports["auditor"]`` fixes its port). ``ports["kafka_listener"]``: the Kafka
+        port of the first broker, where Kafka producers write (the next brokers take
+        the ports after it); ``ports["kafka"]`` is the notification Kafka's.
 
         A running stack is returned as it is, unless ``brokers`` (when given) or ``tls``
         ask for another shape: that is an error saying how to get it. A stack that starts
@@ -204,7 +207,7 @@ class DevStack:
                 dead = [h.name for h in self._health(existing, check=False) if not h.running]
                 dead += [c["name"] for c, health in _components(existing) if not health(c)[0]]
                 if not dead:
-                    other = _other_shape(existing, brokers, tls)
+                    other = _other_shape(existing, brokers, tls, ports.get("kafka_listener"))
                     if other:
                         raise DevStackError(
                             f"the local stack under {self.state_dir} is already running "
@@ -217,6 +220,7 @@ class DevStack:
                     f"the stack under {self.state_dir} is partly down ({', '.join(dead)}): "
                     "run `memq dev down` first"
                 )
+            listener_ports = _kafka_listener_ports(ports.get("kafka_listener"), brokers)
             services: dict[str, ServiceState] = {}
             to_start: list[Service] = []
             for cls in SERVICES:
@@ -233,7 +237,8 @@ class DevStack:
             def start(svc: Service) -> None:
                 try:
                     started[svc.name] = svc.start(self.state_dir, ports.get(svc.name))
-                    say(f"{svc.name}: ready at {started[svc.name].endpoint}")
+                    what = " (internal notifications)" if svc.name == "kafka" else ""
+                    say(f"{svc.name}{what}: ready at {started[svc.name].endpoint}")
                 except DevStackError as e:
                     errors.append(str(e))
 
@@ -265,10 +270,14 @@ class DevStack:
                 for i in range(1, (1 if brokers is None else brokers) + 1):
                     name = f"broker-{i}"
                     cfg = dev_broker_config(
-                        name, state.s3, state.kafka, state.zookeeper, tls=tls_files, chroot=chroot
-                    )
+                        name, state.s3, state.kafka, state.zookeeper, tls=tls_files,
+                        chroot=chroot, kafka_listener_port=listener_ports[i - 1],
+                    )  # fmt: skip
                     started_brokers.append(start_broker(self.state_dir, name, cfg, state.aws_env()))
-                    say(f"{name}: ready at {started_brokers[-1]['endpoint']}")
+                    b = started_brokers[-1]
+                    kafka = b.get("kafka_listener")
+                    port = f"; Kafka producers: {kafka}" if kafka else ""
+                    say(f"{name}: ready at {b['endpoint']} (MemQ clients{port})")
                 if auditor:
                     if "kafka" in started and remove_auditor_db(self.state_dir):
                         say("auditor: new Kafka, so a new audit database (the old one's "
@@ -474,14 +483,44 @@ def _clear_chroot(zk_connect: str, chroot: str) -> bool:
         zk.close()
 
 
-def _other_shape(state: StackState, brokers: int | None, tls: bool) -> str | None:
+def _other_shape(
+    state: StackState, brokers: int | None, tls: bool, kafka_listener_port: int | None = None
+) -> str | None:
     """How a running stack differs from the one asked for (None: it is that one)."""
     running = len(state.extra.get("brokers", []))
     if brokers is not None and brokers != running:
         return f"with {running} broker{'s' if running != 1 else ''} (asked for --brokers {brokers})"
     if tls and not state.extra.get("tls"):
         return "without TLS (asked for --tls)"
+    b1: dict[str, Any] = next(iter(state.extra.get("brokers", [])), {})
+    first = b1.get("kafka_listener") or b1.get("kafka")
+    if kafka_listener_port is not None and first != f"127.0.0.1:{kafka_listener_port}":
+        return (
+            f"with its Kafka port at {first or 'none'} "
+            f"(asked for --kafka-listener-port {kafka_listener_port})"
+        )
     return None
+
+
+def _kafka_listener_ports(first: int | None, brokers: int | None) -> list[int]:
+    """The Kafka port of each broker: ``first``, ``first + 1``, ... (all 0, any free
+    port, when ``first`` is None); a clear error when one is out of range or taken."""
+    count = 1 if brokers is None else brokers
+    if first is None:
+        return [0] * count
+    wanted = [first + i for i in range(count)]
+    if wanted and wanted[-1] > 65535:
+        raise DevStackError(
+            f"--kafka-listener-port {first} with {count} brokers needs ports up to "
+            f"{wanted[-1]}, past 65535: pick a lower port"
+        )
+    for i, port in enumerate(wanted, 1):
+        if port_taken(port):
+            raise DevStackError(
+                f"port {port} (broker-{i}'s Kafka port, from --kafka-listener-port {first}) "
+                "is in use: pick another port, or leave the option out for free ones"
+            )
+    return wanted
 
 
 def _components(state: StackState) -> list[tuple[dict[str, Any], Health]]:

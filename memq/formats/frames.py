@@ -61,6 +61,9 @@ __all__ = [
     "decode_frame",
     "encode_request",
     "encode_response",
+    "foreign_protocol",
+    "kafka_api_versions_probe",
+    "kafka_request",
     "parse_frame",
     "request_frame_parts",
 ]
@@ -106,6 +109,8 @@ class RawFrame:
     request_id: int
     payload: bytes | memoryview
     crc_ok: bool = True
+    #: The CRC field as received (what a Kafka request has there: api key, version).
+    crc: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,6 +207,59 @@ def parse_frame(frame: RawFrame) -> Request | Response:
     return Response(frame.type, frame.request_id, status, error, p[_RESP.size + elen :])
 
 
+#: Kafka's ApiVersions v0 request (api key 18) with this correlation id and no client
+#: id: what :func:`kafka_api_versions_probe` sends.
+_KAFKA_PROBE_ID = 0x6D656D71  # "memq"
+
+
+def foreign_protocol(head: bytes | bytearray | memoryview) -> str | None:
+    """Which other protocol answered, from the first bytes a MemQ client received (None:
+    nothing known, possibly MemQ's own frame).
+
+    A Kafka broker (or a MemQ broker's Kafka port) reads a MemQ request's CRC as the
+    api key and version and bytes 8-11 (version, flags 0, type) as the correlation id,
+    which its answer echoes at bytes 4-7; an HTTP server answers ``HTTP/``; a TLS
+    server a TLS record (alert or handshake, version 3.x).
+    """
+    b = bytes(head[:8])
+    if b.startswith(b"HTTP/"):
+        return "HTTP"
+    if len(b) >= 3 and b[0] in (0x15, 0x16) and b[1] == 0x03 and b[2] <= 0x04:
+        return "TLS"
+    if len(b) >= 8 and b[4] == PROTOCOL_VERSION and b[5] == 0:
+        try:
+            RequestType(int.from_bytes(b[6:8], "big"))
+        except ValueError:
+            return None
+        return "Kafka"
+    return None
+
+
+def kafka_request(frame: RawFrame) -> int | None:
+    """The api key of a Kafka client's request read as a MemQ frame (None: not one). A
+    Kafka request has its api key and version where MemQ has the CRC (so the CRC fails)
+    and its correlation id, a small counter, where MemQ has the protocol version (so
+    that reads 0)."""
+    api, version = frame.crc >> 16, frame.crc & 0xFFFF
+    if frame.crc_ok or frame.version != 0 or api > 100 or version > 30:
+        return None
+    return api
+
+
+def kafka_api_versions_probe() -> tuple[bytes, Callable[[bytes], bool]]:
+    """A Kafka ApiVersions v0 request, and a check that the first 10 bytes of an answer
+    are a Kafka broker's answer to it (length, the same correlation id, an error code)."""
+    request = struct.pack(">ihhih", 10, 18, 0, _KAFKA_PROBE_ID, -1)
+
+    def answered(head: bytes) -> bool:
+        if len(head) < 10:
+            return False
+        length, cid, _error = struct.unpack_from(">iih", head)
+        return bool(cid == _KAFKA_PROBE_ID and 6 <= length <= 1 << 20)
+
+    return request, answered
+
+
 class FrameDecoder:
     """Incremental frame splitter: ``feed`` bytes as they arrive, iterate ``frames()``.
 
@@ -251,7 +309,7 @@ class FrameDecoder:
             payload = bytes(buf[pos + FRAME_HEADER_SIZE : end])
             self._pos = end
             ok = crc32(payload, crc32(stable)) == crc
-            yield RawFrame(version, flags, type_, rid, payload, ok)
+            yield RawFrame(version, flags, type_, rid, payload, ok, crc)
 
 
 class PrefixedReceiver(Generic[F]):
@@ -420,7 +478,7 @@ def _raw_from(view: memoryview) -> RawFrame:
     crc = int.from_bytes(view[4:8], "big")
     version, flags, type_, rid = _STABLE.unpack_from(view, 8)
     ok = crc32(view[8:]) == crc
-    return RawFrame(version, flags, type_, rid, view[FRAME_HEADER_SIZE:], ok)
+    return RawFrame(version, flags, type_, rid, view[FRAME_HEADER_SIZE:], ok, crc)
 
 
 def decode_frame(

@@ -2,19 +2,156 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Self
 
 from pydantic import Field, field_validator
 
 from memq.config import AuditedClientConfig
-from memq.errors import MemqError
+from memq.errors import ConfigError, MemqError
 from memq.formats.block import BLOCK_VERSION
 from memq.formats.compression import Compression, parse_compression
 from memq.protocol import Ack, parse_ack
 
-__all__ = ["ProducerConfig"]
+__all__ = ["KAFKA_PRODUCER_KEYS", "KafkaKey", "ProducerConfig", "translate_kafka_keys"]
 
 MiB = 1024 * 1024
+_TRUE = {"true", "1", "yes", "on"}
+
+
+@dataclass(frozen=True)
+class KafkaKey:
+    """A Kafka producer setting (Java client or librdkafka) memq.Producer has no field
+    of its own for: honoured under another name (``to``), accepted as a no-op when
+    ``accepts`` holds for its value, or else refused with ``says``."""
+
+    says: str
+    #: The MemQ key it sets (the value times ``scale``).
+    to: str | None = None
+    scale: int = 1
+    #: Values accepted and ignored (everything else is refused).
+    accepts: frozenset[str] = frozenset()
+
+
+#: What memq.Producer does with the Kafka producer keys it has no field for (the rest of
+#: Kafka's common keys, bootstrap.servers, acks (0, 1, all, -1), linger.ms, batch.size,
+#: compression.type, client.id, retries, delivery.timeout.ms, buffer.memory,
+#: max.block.ms, are its own fields, with Kafka's meaning).
+KAFKA_PRODUCER_KEYS: dict[str, KafkaKey] = {
+    "enable.idempotence": KafkaKey(
+        "MemQ's producer is always idempotent (every block carries its producer id, epoch "
+        "and sequence, and a retried block is answered as a duplicate): remove the key "
+        "(true is accepted and changes nothing)",
+        accepts=frozenset(_TRUE),
+    ),
+    "max.in.flight.requests.per.connection": KafkaKey(
+        "MemQ's producer keeps per-key order with any number of requests in flight; its "
+        "own limit is max.in.flight (default 256: with acks=all each request waits for "
+        "the broker's batch, so Kafka's 5 would stall it)"
+    ),
+    "max.request.size": KafkaKey(
+        "the largest request (one block, so also the largest record) is batch.size "
+        "(default 1 MiB, capped by the topic's max_block_bytes): set batch.size"
+    ),
+    "transactional.id": KafkaKey(
+        "MemQ has no transactions: each block is stored whole or not at all, and its "
+        "(producer id, epoch, sequence) makes retries exactly-once; remove the key"
+    ),
+    "key.serializer": KafkaKey(
+        "memq.Producer takes bytes (str is encoded as UTF-8): serialize keys before produce()"
+    ),
+    "value.serializer": KafkaKey(
+        "memq.Producer takes bytes (str is encoded as UTF-8): serialize values before produce()"
+    ),
+    "partitioner": KafkaKey(
+        "a MemQ topic has no producer-side partitions: records with the same key keep "
+        "their order (docs/guarantees.md); remove the key"
+    ),
+    "partitioner.class": KafkaKey(
+        "a MemQ topic has no producer-side partitions: records with the same key keep "
+        "their order (docs/guarantees.md); remove the key"
+    ),
+    "batch.num.messages": KafkaKey(
+        "a MemQ block is bounded in bytes: set batch.size (and linger.ms)"
+    ),
+    "queue.buffering.max.messages": KafkaKey(
+        "the producer's buffer is bounded in bytes: set buffer.memory"
+    ),
+    "sasl.mechanism": KafkaKey(
+        "MemQ's own protocol authenticates with a token (auth.token, from `memq token "
+        "create`) or a client certificate; SASL is for the brokers' Kafka port"
+    ),
+    "sasl.mechanisms": KafkaKey(
+        "MemQ's own protocol authenticates with a token (auth.token, from `memq token "
+        "create`) or a client certificate; SASL is for the brokers' Kafka port"
+    ),
+    "sasl.username": KafkaKey(
+        "MemQ's own protocol authenticates with a token: set auth.token (`memq token "
+        "create`) instead of sasl.username/sasl.password"
+    ),
+    "sasl.password": KafkaKey(
+        "MemQ's own protocol authenticates with a token: set auth.token (`memq token "
+        "create`) instead of sasl.username/sasl.password"
+    ),
+    "error_cb": KafkaKey(
+        "errors reach each record's future and its on_delivery callback (and "
+        "Producer.stats()): remove error_cb"
+    ),
+    # librdkafka's names of MemQ's own keys
+    "queue.buffering.max.ms": KafkaKey("librdkafka's name of linger.ms", to="linger.ms"),
+    "queue.buffering.max.kbytes": KafkaKey(
+        "librdkafka's buffer.memory in KiB", to="buffer.memory", scale=1024
+    ),
+    "message.timeout.ms": KafkaKey(
+        "librdkafka's name of delivery.timeout.ms", to="delivery.timeout.ms"
+    ),
+    "request.required.acks": KafkaKey("librdkafka's name of acks", to="acks"),
+    "compression.codec": KafkaKey("librdkafka's name of compression.type", to="compression.type"),
+    "message.send.max.retries": KafkaKey("librdkafka's name of retries", to="retries"),
+    "metadata.broker.list": KafkaKey(
+        "librdkafka's name of bootstrap.servers", to="bootstrap.servers"
+    ),
+}
+
+
+def translate_kafka_keys(data: Mapping[str, Any]) -> dict[str, Any]:
+    """``data`` with the keys of :data:`KAFKA_PRODUCER_KEYS` applied: renamed, dropped
+    (accepted no-ops) or refused with a one-line ConfigError saying what to do. Keys are
+    Kafka's dotted names or the same with underscores."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = key.replace("_", ".") if key != "error_cb" else key
+        spec = KAFKA_PRODUCER_KEYS.get(name)
+        if spec is None:
+            if key == "security.protocol" and str(value).lower().startswith("sasl"):
+                raise ConfigError(
+                    f"invalid ProducerConfig setting security.protocol={value!r}: MemQ's "
+                    "own protocol has no SASL: use ssl (or plaintext) with auth.token "
+                    "(`memq token create`); SASL is for the brokers' Kafka port"
+                )
+            out[key] = value
+            continue
+        if spec.to is not None:
+            target = spec.to
+            if target in data or target.replace(".", "_") in data:
+                raise ConfigError(
+                    f"invalid ProducerConfig settings: {key} ({spec.says}) and {target} are "
+                    "the same setting: give one of them"
+                )
+            scaled = value
+            if spec.scale != 1:
+                try:
+                    scaled = int(value) * spec.scale
+                except (TypeError, ValueError):
+                    raise ConfigError(
+                        f"invalid ProducerConfig setting {key}={value!r}: a whole number "
+                        f"({spec.says})"
+                    ) from None
+            out[target] = scaled
+        elif str(value).strip().lower() not in spec.accepts:
+            raise ConfigError(f"invalid ProducerConfig setting {key}={value!r}: {spec.says}")
+    return out
 
 
 class ProducerConfig(AuditedClientConfig):
@@ -72,6 +209,11 @@ class ProducerConfig(AuditedClientConfig):
     #: Threads that encode and compress blocks off the caller's thread (blocks of at most
     #: 16 KiB of records are encoded on the I/O loop: cheaper than the hop).
     encode_threads: int = Field(default=1, ge=1, le=64, alias="encode.threads")
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any] | None = None, **kwargs: Any) -> Self:
+        """Kafka's producer keys included: see :data:`KAFKA_PRODUCER_KEYS`."""
+        return super().from_mapping(translate_kafka_keys({**(data or {}), **kwargs}))
 
     @field_validator("acks", mode="before")
     @classmethod

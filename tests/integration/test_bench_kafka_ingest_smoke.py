@@ -30,14 +30,17 @@ def test_bench_kafka_ingest_quick(tmp_path: Path, memq_stack: StackState) -> Non
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(out.read_text())
-    for name in ("memq_kafka_listener", "memq_kafka_listener_16p", "kafka_direct"):
+    for name in ("memq_kafka_listener", "memq_kafka_listener_16p", "kafka_direct",
+                 "defaults_memq_kafka_listener", "defaults_kafka_direct"):  # fmt: skip
         r = doc[name]
         assert r["records_acked"] > 0 and r["MBps"] > 0 and r["failed"] == 0, r
         assert r["ack_p99_ms"] >= r["ack_p50_ms"] > 0
     assert doc["memq_kafka_listener"]["server_cpu_s_per_GiB"] > 0
     # Kafka's Java producer (ProducerPerformance) into both; a --quick run is too short
     # for two of its 5 s reporting lines, so each is measured over the whole run
-    for name, server in (("java_memq_kafka_listener", "broker"), ("java_kafka_direct", "kafka")):
+    for name, server in (("java_memq_kafka_listener", "broker"), ("java_kafka_direct", "kafka"),
+                         ("java_defaults_memq_kafka_listener", "broker"),
+                         ("java_defaults_kafka_direct", "kafka")):  # fmt: skip
         r = doc[name]
         assert r["records_acked"] == r["num_records"] and r["failed"] == 0, r
         assert r["window"] == "whole run" and r["MBps"] > 0, r
@@ -60,3 +63,10 @@ def test_bench_kafka_ingest_quick(tmp_path: Path, memq_stack: StackState) -> Non
     assert doc["ratio_MBps"] == doc["ratios"]["ratio_MBps"]["median"]
     java = [r["ratio_MBps_java"] for r in doc["runs"]]
     assert doc["ratio_MBps_java"] == sum(java) / 2 and all(x > 0 for x in java)
+    # the clients' defaults into a dev-stack broker: its settings, and each row's spread
+    assert doc["dev_broker"]["batch"]["ms"] == 1000 and doc["java_defaults_producer"] == {}
+    for name in ("ratio_MBps_defaults", "ratio_MBps_java_defaults"):
+        assert all(r[name] > 0 for r in doc["runs"]), name
+    q = doc["rows"]["java_defaults_memq_kafka_listener"]
+    assert q["MBps"]["min"] <= q["MBps"]["median"] <= q["MBps"]["max"]
+    assert q["cpu_s_per_GiB"]["broker"]["min"] > 0

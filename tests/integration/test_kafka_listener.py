@@ -801,30 +801,65 @@ def test_kafkas_console_producer_keyed_lines_read_back_exactly(
 # --- the dev stack --------------------------------------------------------------------------
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def test_dev_stack_brokers_list_a_kafka_endpoint_that_takes_records(
     memq_stack: StackState, tmp_path: Path, unique_name: Any
 ) -> None:
-    """`memq dev up` (on this session's servers) starts a clustered broker with a Kafka
-    listener; `memq dev status --json` names it, and an auto-created topic takes records."""
+    """`memq dev up --kafka-listener-port P` (on this session's servers) starts a
+    clustered broker whose Kafka port is P; `memq dev status` names it as where Kafka
+    producers write, and the notification Kafka as MemQ's internal queue; an auto-created
+    topic takes records through it."""
     env = {**os.environ, "MEMQ_S3_ENDPOINT": memq_stack.s3_endpoint,
            "MEMQ_KAFKA_BOOTSTRAP": memq_stack.kafka_bootstrap,
            "MEMQ_ZK_CONNECT": memq_stack.zk_connect}  # fmt: skip
     d = str(tmp_path / "st")
 
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "memq.cli.main", *args, "--state-dir", d],
+                              capture_output=True, text=True, env=env, timeout=180, check=False)  # fmt: skip
+
     def memq(*args: str) -> str:
-        out = subprocess.run([sys.executable, "-m", "memq.cli.main", *args, "--state-dir", d],
-                             capture_output=True, text=True, env=env, timeout=180, check=False)  # fmt: skip
+        out = run(*args)
         assert out.returncode == 0, out.stdout + out.stderr
         return out.stdout
 
-    memq("dev", "up", "--no-auditor")
+    port = free_port()
+    memq("dev", "up", "--no-auditor", "--kafka-listener-port", str(port))
     try:
-        (b,) = json.loads(memq("dev", "status", "--json"))["brokers"]
-        assert b["kafka"].startswith("127.0.0.1:") and b["healthy"]
-        assert f"Kafka producers write to MemQ at: broker-1 {b['kafka']}" in memq("dev", "status")
+        doc = json.loads(memq("dev", "status", "--json"))
+        (b,) = doc["brokers"]
+        assert b["kafka_listener"] == b["kafka"] == f"127.0.0.1:{port}" and b["healthy"]
+        assert doc["kafka_listener"]["bootstrap_servers"] == f"127.0.0.1:{port}"
+        assert doc["kafka_listener"]["brokers"] == {"broker-1": f"127.0.0.1:{port}"}
+        # the notification Kafka keeps its keys, and says what it is
+        assert doc["kafka"]["bootstrap"] == doc["notification_kafka"]["bootstrap"]
+        assert doc["kafka"]["bootstrap"] == memq_stack.kafka_bootstrap
+        assert "internal notification queue" in doc["kafka"]["role"]
+        text = " ".join(memq("dev", "status").split())
+        assert (
+            f"Kafka producers write to MemQ at (bootstrap.servers): 127.0.0.1:{port} "
+            "(broker-1)" in text
+        )
+        assert (
+            "MemQ's internal notification Kafka (pointers to stored objects; records "
+            f"produced there are not in MemQ): {memq_stack.kafka_bootstrap}" in text
+        )
+        assert "Kafka bootstrap" not in text
+        # another Kafka port on the running stack: an error saying what to do
+        other = run("dev", "up", "--no-auditor", "--kafka-listener-port", str(port + 1))
+        assert other.returncode == 1 and "Traceback" not in other.stderr, other.stderr
+        assert (
+            f"already running with its Kafka port at 127.0.0.1:{port} (asked for "
+            f"--kafka-listener-port {port + 1})" in " ".join(other.stderr.split())
+        )
         topic = unique_name("dev")
-        reports = produce_confluent(b["kafka"], topic, records(20),
-                                    **{"message.timeout.ms": 60_000})  # fmt: skip
+        reports = produce_confluent(doc["kafka_listener"]["bootstrap_servers"], topic,
+                                    records(20), **{"message.timeout.ms": 60_000})  # fmt: skip
         assert len(reports) == 20 and all(err is None for err, _ in reports), reports[0]
         # ...and its HTTP ingest URL takes records too (the topic has its writer now)
         assert b["ingest"] == b["http"] + "/v1/topics/{topic}/records"
@@ -846,3 +881,107 @@ def test_dev_stack_brokers_list_a_kafka_endpoint_that_takes_records(
         assert doc["records"] == 1 and doc["stored"]["key"], doc
     finally:
         memq("dev", "down")
+
+
+# --- clients at the wrong port ---------------------------------------------------------------
+
+
+def memq_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "memq.cli.main", *args], capture_output=True,
+                          text=True, timeout=120, check=False, env=env)  # fmt: skip
+
+
+def test_a_kafka_consumer_is_told_to_read_with_memq_and_the_broker_log_stays_bounded(
+    broker: BrokerThread, topic: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A Kafka consumer (confluent-kafka, a group) on the Kafka port gets one error that
+    names MemQ's consumer (it got UNSUPPORTED_VERSION, then looped on "all brokers
+    down" while the broker logged a warning a second); it keeps asking for the group's
+    coordinator, on the same connection, and the broker logs that once."""
+    import logging
+
+    from confluent_kafka import Consumer as KafkaConsumer
+
+    assert broker.server is not None
+    reg = broker.server.metrics.registry
+    caplog.set_level(logging.INFO, logger="memq.broker")
+
+    def asked() -> float:
+        labels = {"type": "KAFKA_FINDCOORDINATOR", "status": "INVALID_REQUEST"}
+        return reg.get_sample_value("memq_requests_total", labels) or 0.0
+
+    c = KafkaConsumer({"bootstrap.servers": kafka_address(broker), "group.id": "kafka-reader",
+                       "auto.offset.reset": "earliest"})  # fmt: skip
+    try:
+        c.subscribe([topic])
+        errors = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (not errors or asked() < 4):
+            msg = c.poll(0.5)
+            if msg is not None and msg.error() is not None:
+                errors.append(msg.error())
+    finally:
+        c.close()
+    assert errors, "the consumer was never told"
+    assert all(e.code() == 42 for e in errors), errors  # INVALID_REQUEST, once per cause
+    assert "MemQ's Kafka port takes Kafka producers only" in errors[0].str(), errors[0].str()
+    assert "memq consume" in errors[0].str()
+    assert asked() >= 4  # it keeps asking (about once a second)...
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("memq.broker")]
+    about = [m for m in lines if "coordinator" in m or "kafka-reader" in m]
+    assert len(about) == 1, about  # ...and the broker said so once
+    assert "asked for the group coordinator of 'kafka-reader'" in about[0]
+    assert not [m for m in lines if "closing" in m], lines  # (no reconnect loop)
+
+
+def test_memq_produce_at_a_kafka_port_names_the_mistake(
+    broker: BrokerThread, memq_stack: StackState
+) -> None:
+    """MemQ's own client at a Kafka address (the broker's Kafka port, the stack's
+    notification Kafka) or at the HTTP port: one typed error naming what answered and
+    where MemQ clients go (it said "frame CRC mismatch... the connection corrupted
+    data", or retried until its timeout)."""
+    assert broker.server is not None
+    http = f"127.0.0.1:{broker.server.http_port}"
+    for address, kind in ((kafka_address(broker), "Kafka"),
+                          (memq_stack.kafka_bootstrap, "Kafka"), (http, "HTTP")):  # fmt: skip
+        t0 = time.monotonic()
+        out = memq_cli("produce", "-b", address, "--topic", "t", "--count", "1", "--timeout", "60")
+        assert out.returncode == 1, out.stdout + out.stderr
+        text = " ".join(out.stderr.split())
+        assert f"{address} speaks the {kind} protocol" in text, text
+        assert "MemQ clients connect to a broker's MemQ port (`memq dev status`" in text, text
+        assert "CRC" not in text and "Traceback" not in text, text
+        assert time.monotonic() - t0 < 50, "it retried a wrong address until its timeout"
+    from memq import Producer
+    from memq.errors import WrongProtocolError
+
+    with (
+        Producer({"bootstrap.servers": kafka_address(broker)}) as p,
+        pytest.raises(WrongProtocolError, match="speaks the Kafka protocol"),
+    ):
+        p.produce("t", b"x").result(timeout=60)
+
+
+def test_a_kafka_client_at_the_memq_port_is_logged_once_saying_where_to_go(
+    broker: BrokerThread, topic: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The reverse: a Kafka producer pointed at the MemQ port; the broker names the
+    mistake (once, though the client keeps reconnecting) and nothing is stored."""
+    import logging
+
+    from confluent_kafka import Producer as KafkaProducer
+
+    caplog.set_level(logging.INFO, logger="memq.broker")
+    p = KafkaProducer({"bootstrap.servers": broker.address, "message.timeout.ms": 3000,
+                       "reconnect.backoff.ms": 10, "reconnect.backoff.max.ms": 100})  # fmt: skip
+    failed: list[Any] = []
+    p.produce(topic, b"lost", on_delivery=lambda err, _m: failed.append(err))
+    assert p.flush(30) == 0
+    assert failed and failed[0] is not None
+    lines = [r.getMessage() for r in caplog.records if "Kafka client" in r.getMessage()]
+    assert len(lines) == 1, lines
+    assert (
+        "a Kafka client (a request of Kafka api key 18) on the MemQ port: Kafka clients "
+        "write to this broker's Kafka port (kafka_listener" in lines[0]
+    )

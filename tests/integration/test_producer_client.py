@@ -264,3 +264,23 @@ def test_flush_or_close_in_a_delivery_callback_is_an_error_not_a_hang(
         "flush() cannot be called from a delivery callback",
         "close() cannot be called from a delivery callback",
     ]
+
+
+def test_a_kafka_producers_settings_produce_to_memq(memq_stack: StackState, s3_bucket: str) -> None:
+    """A confluent-kafka user's producer dict, enable.idempotence=true and librdkafka's
+    names included, is taken as it is (enable.idempotence was an unknown key) and its
+    records are stored with the codec it names."""
+    from memq.formats.compression import Compression
+
+    cfg = broker_config(memq_stack, bucket=s3_bucket, topics=["kafka-keys"], batch_ms=100)
+    with BrokerThread(cfg) as broker:
+        conf = {"bootstrap.servers": broker.address, "enable.idempotence": True, "acks": -1,
+                "client.id": "kafka-user", "compression.codec": "lz4",
+                "queue.buffering.max.ms": 5, "message.timeout.ms": 60_000}  # fmt: skip
+        with Producer(conf) as p:
+            futs = [p.produce("kafka-keys", b"v-%03d-" % i + b"x" * 200) for i in range(100)]
+            assert [f.result(timeout=60).topic for f in futs] == ["kafka-keys"] * 100
+        objs = read_objects(memq_stack.s3_client(), s3_bucket, topic="kafka-keys")
+    want = [b"v-%03d-" % i + b"x" * 200 for i in range(100)]
+    assert sorted(r[2] for o in objs for r in o.records) == want
+    assert {bh.compression for o in objs for bh, _ in o.blocks} == {Compression.LZ4}

@@ -22,6 +22,11 @@ CASES = [
     (["produce", "--topic", "x" * 300, "--count", "1"], "1-249 characters"),
     (["produce", "--topic", "t", "--compression", "foo"], "unknown compression 'foo'"),
     (["produce", "--topic", "t", "--batch-size", "10"], "'--batch-size'"),
+    # (an "unknown key", though MemQ is always idempotent)
+    (
+        ["produce", "--topic", "t", "--count", "1", "-X", "enable.idempotence=false"],
+        "always idempotent",
+    ),
     (["consume", "--topic", "lines", "--from-time", "-5"], "before 1970"),
     (["consume", "--topic", "t", "--from-time", "yesterday"], "is not ISO-8601"),
     # epoch seconds (or an ISO basic date) were read as ms: silently January 1970
@@ -65,6 +70,16 @@ CASES = [
     (["audit", "report", "--topic", "t", "--since", "2099-01-01"], "is not in the past"),
     (["cat", "s3://b/k", "--endpoint-url", "foo"], "use http(s)://host:port"),
     (["dev", "up", "--s3-port", "70000"], "'--s3-port'"),
+    # (--kafka-port pinned the notification Kafka, not the port Kafka producers write to)
+    (
+        ["dev", "up", "--kafka-port", "19092", "--notification-kafka-port", "19093"],
+        "--kafka-port is the old name of --notification-kafka-port: give one of them",
+    ),
+    (
+        ["dev", "up", "--kafka-listener-port", "65535", "--brokers", "2"],
+        "65535 with 2 brokers needs ports up to 65536",
+    ),
+    (["dev", "up", "--kafka-listener-port", "0"], "'--kafka-listener-port'"),
     (["token", "create", "--principal", ""], "'--principal'"),
     # (what the user typed is printed as typed: square brackets are not Rich markup)
     (["topic", "describe", "a[/b]"], "invalid topic name 'a[/b]'"),
