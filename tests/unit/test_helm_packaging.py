@@ -114,7 +114,19 @@ def exported_metric_names() -> set[str]:
 
     lag = LagCollector(object())  # type: ignore[arg-type]  # collect() never calls the admin
     # the auditor's, and the lag it (or `memq group exporter`) exports
-    families = [*registry.collect(), *AuditorMetrics().registry.collect(), *lag.collect()]
+    from memq.broker.auditing import BlockAudit
+
+    class _Sink:  # a broker with `audit` on also exports its audit records' counter
+        def stats(self) -> dict[str, int]:
+            return {}
+
+    audit = BlockAudit(_Sink(), "b")  # type: ignore[arg-type]
+    families = [
+        *registry.collect(),
+        *AuditorMetrics().registry.collect(),
+        *lag.collect(),
+        *audit.collect(),
+    ]
     for family in families:
         suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count"]}.get(
             family.type, []
