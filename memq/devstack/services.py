@@ -119,6 +119,11 @@ class Service:
         svc_dir.mkdir(parents=True, exist_ok=True)
         log = svc_dir / f"{self.name}.log"
         attempts = 1 if port is not None else START_ATTEMPTS
+        if port is not None and port_taken(port):  # (said at once, not after a JVM start)
+            raise DevStackError(
+                f"could not start {self.name}: port {port} is in use. Pick another port or "
+                "free this one."
+            )
         last = ""
         for _ in range(attempts):
             p = port if port is not None else procs.free_port(HOST)
