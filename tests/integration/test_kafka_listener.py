@@ -857,6 +857,12 @@ def test_dev_stack_brokers_list_a_kafka_endpoint_that_takes_records(
         reports = produce_confluent(doc["kafka_listener"]["bootstrap_servers"], topic,
                                     records(20), **{"message.timeout.ms": 60_000})  # fmt: skip
         assert len(reports) == 20 and all(err is None for err, _ in reports), reports[0]
+        # 64 partitions, so that the Java client's defaults (one 16 KiB batch per
+        # partition per request) make 1 MiB requests
+        from confluent_kafka import Producer
+
+        md = Producer({"bootstrap.servers": doc["kafka_listener"]["bootstrap_servers"]})
+        assert len(md.list_topics(topic, timeout=30).topics[topic].partitions) == 64
         # ...and its HTTP ingest URL takes records too (the topic has its writer now)
         assert b["ingest"] == b["http"] + "/v1/topics/{topic}/records"
         req = urllib.request.Request(
