@@ -936,6 +936,30 @@ def test_a_kafka_consumer_is_told_to_read_with_memq_and_the_broker_log_stays_bou
     assert not [m for m in lines if "closing" in m], lines  # (no reconnect loop)
 
 
+def test_kcat_reading_the_kafka_port_stops_with_an_error(
+    broker: BrokerThread, topic: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """kcat as a consumer: with a group (-G) it prints the FindCoordinator error naming
+    MemQ's consumer, without one (-C) that reading offsets is not supported; either
+    exits 1 at once, and the broker logs at most one line about it."""
+    import logging
+
+    caplog.set_level(logging.INFO, logger="memq.broker")
+    group = subprocess.run([kcat(), "-b", kafka_address(broker), "-G", "kcat-reader", topic],
+                           capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert group.returncode == 1, group.stderr
+    assert (
+        "FindCoordinator response error: MemQ's Kafka port takes Kafka producers only"
+        in group.stderr
+        and "memq consume" in group.stderr
+    )
+    plain = subprocess.run([kcat(), "-b", kafka_address(broker), "-C", "-t", topic, "-e"],
+                           capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert plain.returncode == 1 and "not supported by broker" in plain.stderr, plain.stderr
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("memq.broker")]
+    assert len([m for m in lines if "kcat-reader" in m or "closing" in m]) <= 1, lines
+
+
 def test_memq_produce_at_a_kafka_port_names_the_mistake(
     broker: BrokerThread, memq_stack: StackState
 ) -> None:
