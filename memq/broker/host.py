@@ -85,6 +85,9 @@ class Flow:
     #: Sent a request while another was outstanding (or writes with ``acks`` 0/1): it
     #: may send more before an answer, so a batch is never sealed early on its account.
     pipelines: bool = False
+    #: Wrote with ``acks`` 0/1: it never waits for answers, so no quiet moment says it
+    #: has nothing more to send.
+    unacked: bool = False
 
 
 class KafkaHost(Protocol):

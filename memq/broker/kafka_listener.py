@@ -79,6 +79,10 @@ _FLOW_IDLE_S = 1.0
 #: A batch is sealed at half the producers' window only once it holds this share of
 #: ``batch.bytes``: a smaller upload costs more per byte than overlapping it gains.
 _SPLIT_SHARE = 8
+#: With every flow waiting for an answer, no request for this long seals the batch
+#: ("quiet"): a producer with more to send sends it within its linger.ms (5 ms by
+#: default in the Java client and librdkafka), scheduling jitter on a loaded host added.
+_QUIET_S = 0.025
 
 
 class ListenerHost(BrokerHost, Protocol):
@@ -119,6 +123,9 @@ class KafkaListener:
         #: Per topic: the open batch (weakly: never keeps a sealed batch's buffer alive)
         #: and, per connection, the flows waiting on it.
         self._held: dict[str, tuple[weakref.ref[Batch], dict[int, int]]] = {}
+        #: Per topic: when its last Produce was appended, and its quiet timer.
+        self._last_sent: dict[str, float] = {}
+        self._quiet: dict[str, asyncio.TimerHandle] = {}
         #: Lines about misdirected clients (readers, unsupported APIs), per cause and
         #: client address: they retry every second or so.
         self._log_limit = LogLimiter(interval=60.0)
@@ -198,6 +205,8 @@ class KafkaListener:
         flow.seen = now
         if not waits or flow.outstanding:
             flow.pipelines = True
+        if not waits:
+            flow.unacked = True
         if waits:
             flow.outstanding += 1
         return flow
@@ -234,34 +243,32 @@ class KafkaListener:
         idempotent producer does) sends nothing more until it is answered, and with
         ``acks=-1`` that answer waits for this batch; an idempotent producer has at most
         Kafka's limit of requests in flight (5) on a connection, whatever its other
-        partitions hold. Each recent flow (connection, partition) that never pipelined
-        is one request of the producers' window (capped at 5 per idempotent
+        partitions hold, so a connection with 5 unanswered ("blocked") sends nothing
+        either, even one that pipelines (the Java client does, as does librdkafka
+        without idempotence). Each recent flow (connection, partition) that never
+        pipelined is one request of the producers' window (capped at 5 per idempotent
         connection). The batch is sealed ("waiting") once half that window waits on it
         and it holds at least 1/8 of ``batch.bytes``: the other half carries the next
         batch while this one uploads (sealing only when the whole window waited left
-        the producers idle during every upload: stop and wait); or when every flow
-        waits anyway. Never while any flow pipelines, nor when the topic's uploads
+        the producers idle during every upload: stop and wait); or when no flow can add
+        to it (each waits for an answer it cannot pipeline past, or its connection is
+        blocked). When every flow waits for an answer but some could pipeline more, the
+        batch is sealed ("quiet") once no request has come for ``_QUIET_S``: a producer
+        that has more sends it within its linger.ms (5 ms by default, Java and
+        librdkafka), so waiting out ``batch.ms`` would only add latency. Never while an
+        ``acks`` 0/1 or answered flow may still add, nor when the topic's uploads
         already hold its ring.
         """
-        flows = self._flows.get(topic)
-        if not flows or proc.in_flight + 1 >= proc.config.ring_size:
+        self._last_sent[topic] = time.monotonic()
+        state = self._state(topic, proc)
+        if state is None:
             return
-        now = time.monotonic()
-        stalled, pipelined = True, False
-        per_conn: dict[int, int] = {}
-        for key, flow in list(flows.items()):
-            if flow.outstanding:
-                stalled = stalled and not flow.pipelines
-            elif now - flow.seen > _FLOW_IDLE_S:
-                del flows[key]
-                continue
-            elif key[0] not in self._blocked:
-                stalled = False
-            pipelined = pipelined or flow.pipelines  # (acks 0/1 flows too)
-            per_conn[key[0]] = per_conn.get(key[0], 0) + 1
+        stalled, waiting_all, pipelined, per_conn = state
         if stalled:
             proc.seal_if_open(batch, "waiting")
             return
+        if waiting_all:
+            self._arm_quiet(topic, proc, batch, _QUIET_S)
         if pipelined:
             return
         held = self._held.get(topic)
@@ -275,6 +282,62 @@ class KafkaListener:
             and batch.builder.size * _SPLIT_SHARE >= proc.config.batch.max_bytes
         ):
             proc.seal_if_open(batch, "waiting")
+
+    def _state(
+        self, topic: str, proc: TopicProcessor
+    ) -> tuple[bool, bool, bool, dict[int, int]] | None:
+        """(no flow can add, every flow waits for an answer, some flow of a connection
+        that is not blocked pipelines, recent flows per connection) of ``topic``'s
+        recent flows; None: none, or the topic's ring is held by its uploads."""
+        flows = self._flows.get(topic)
+        if not flows or proc.in_flight + 1 >= proc.config.ring_size:
+            return None
+        now = time.monotonic()
+        stalled = waiting_all = True
+        pipelined = False
+        per_conn: dict[int, int] = {}
+        for key, flow in list(flows.items()):
+            blocked = key[0] in self._blocked
+            if flow.unacked and not blocked:
+                waiting_all = False
+            if flow.outstanding:
+                stalled = stalled and (blocked or not flow.pipelines)
+            elif now - flow.seen > _FLOW_IDLE_S:
+                del flows[key]
+                continue
+            elif not blocked:
+                stalled = waiting_all = False
+            pipelined = pipelined or (flow.pipelines and not blocked)  # (acks 0/1 flows too)
+            per_conn[key[0]] = per_conn.get(key[0], 0) + 1
+        if not per_conn:
+            return None
+        return stalled, waiting_all, pipelined, per_conn
+
+    def _arm_quiet(self, topic: str, proc: TopicProcessor, batch: Batch, delay: float) -> None:
+        timer = self._quiet.get(topic)
+        if timer is not None:
+            timer.cancel()
+        self._quiet[topic] = self._call_later(
+            delay, self._seal_if_quiet, topic, proc, weakref.ref(batch)
+        )
+
+    def _seal_if_quiet(self, topic: str, proc: TopicProcessor, ref: weakref.ref[Batch]) -> None:
+        """The quiet timer: seal the batch ("quiet") if no request came for ``_QUIET_S``
+        and every flow of the topic still waits for an answer."""
+        self._quiet.pop(topic, None)
+        batch = ref()
+        if batch is None or self.server.draining:
+            return
+        left = self._last_sent.get(topic, 0.0) + _QUIET_S - time.monotonic()
+        if left > 0:  # (a request came meanwhile, from a flow that could not arm it)
+            self._arm_quiet(topic, proc, batch, left)
+            return
+        state = self._state(topic, proc)
+        if state is not None and state[1]:
+            proc.seal_if_open(batch, "quiet")
+
+    def _call_later(self, delay: float, fn: Any, *args: Any) -> asyncio.TimerHandle:
+        return asyncio.get_running_loop().call_later(delay, fn, *args)
 
     def partitions(self, topic: str) -> int:
         if self.config.partitions is not None:

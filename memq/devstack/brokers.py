@@ -21,6 +21,7 @@ __all__ = [
     "BROKER_READY_TIMEOUT",
     "DEV_CHROOT",
     "DEV_CLUSTER",
+    "DEV_KAFKA_PARTITIONS",
     "broker_health",
     "dev_broker_config",
     "start_broker",
@@ -29,6 +30,8 @@ __all__ = [
 
 BROKER_READY_TIMEOUT = 60.0
 DEV_CLUSTER = "dev"
+#: Partitions the dev brokers' Kafka port shows for every topic (a routing label only).
+DEV_KAFKA_PARTITIONS = 64
 #: Where the dev brokers keep their cluster in the stack's own ZooKeeper.
 DEV_CHROOT = f"/memq/{DEV_CLUSTER}"
 
@@ -53,8 +56,10 @@ def dev_broker_config(
         "port": 0,
         "http_port": 0,
         # Kafka producers write here (docs/ingest.md); ``kafka`` (the notification
-        # Kafka) only holds MemQ's pointers to objects.
-        "kafka_listener": {"port": kafka_listener_port},
+        # Kafka) only holds MemQ's pointers to objects. 64 partitions: the Java client
+        # puts one batch per partition (16 KiB by default) in a request, so its defaults
+        # make 1 MiB requests here (max.request.size) instead of 64 KiB ones.
+        "kafka_listener": {"port": kafka_listener_port, "partitions": DEV_KAFKA_PARTITIONS},
         # HTTP and Kafka-port writes reported to the auditor, as the clients' are here
         "audit": {"topic": DEFAULT_AUDIT_TOPIC},
         "auto_create_topics": True,

@@ -861,6 +861,12 @@ def test_dev_stack_brokers_list_a_kafka_endpoint_that_takes_records(
         reports = produce_confluent(doc["kafka_listener"]["bootstrap_servers"], topic,
                                     records(20), **{"message.timeout.ms": 60_000})  # fmt: skip
         assert len(reports) == 20 and all(err is None for err, _ in reports), reports[0]
+        # 64 partitions, so that the Java client's defaults (one 16 KiB batch per
+        # partition per request) make 1 MiB requests
+        from confluent_kafka import Producer
+
+        md = Producer({"bootstrap.servers": doc["kafka_listener"]["bootstrap_servers"]})
+        assert len(md.list_topics(topic, timeout=30).topics[topic].partitions) == 64
         # ...and its HTTP ingest URL takes records too (the topic has its writer now)
         assert b["ingest"] == b["http"] + "/v1/topics/{topic}/records"
         req = urllib.request.Request(
@@ -932,6 +938,30 @@ def test_a_kafka_consumer_is_told_to_read_with_memq_and_the_broker_log_stays_bou
     assert len(about) == 1, about  # ...and the broker said so once
     assert "asked for the group coordinator of 'kafka-reader'" in about[0]
     assert not [m for m in lines if "closing" in m], lines  # (no reconnect loop)
+
+
+def test_kcat_reading_the_kafka_port_stops_with_an_error(
+    broker: BrokerThread, topic: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """kcat as a consumer: with a group (-G) it prints the FindCoordinator error naming
+    MemQ's consumer, without one (-C) that reading offsets is not supported; either
+    exits 1 at once, and the broker logs at most one line about it."""
+    import logging
+
+    caplog.set_level(logging.INFO, logger="memq.broker")
+    group = subprocess.run([kcat(), "-b", kafka_address(broker), "-G", "kcat-reader", topic],
+                           capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert group.returncode == 1, group.stderr
+    assert (
+        "FindCoordinator response error: MemQ's Kafka port takes Kafka producers only"
+        in group.stderr
+        and "memq consume" in group.stderr
+    )
+    plain = subprocess.run([kcat(), "-b", kafka_address(broker), "-C", "-t", topic, "-e"],
+                           capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert plain.returncode == 1 and "not supported by broker" in plain.stderr, plain.stderr
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("memq.broker")]
+    assert len([m for m in lines if "kcat-reader" in m or "closing" in m]) <= 1, lines
 
 
 def test_memq_produce_at_a_kafka_port_names_the_mistake(

@@ -1,6 +1,7 @@
 """When the Kafka listener seals a batch before batch.ms: no flow (connection, partition)
-writing the topic has shown it may send more, and every flow waits for an answer or half
-the producers' window of requests waits on this batch."""
+writing the topic can add to it (each waits for an answer it cannot pipeline past, or its
+connection is at Kafka's in-flight limit), or half the producers' window of requests
+waits on this batch, or every flow waits and no request came for a moment ("quiet")."""
 
 from __future__ import annotations
 
@@ -45,11 +46,38 @@ def answered_flows(listener: KafkaListener, topic: str, conn: int, partitions: i
     return flows
 
 
+class Timers:
+    """The listener's quiet timers, run by hand (``fire``) instead of by an event loop."""
+
+    def __init__(self) -> None:
+        self.armed: dict[int, tuple[float, Any, tuple[Any, ...]]] = {}
+        self._ids = iter(range(1 << 30))
+
+    def call_later(self, delay: float, fn: Any, *args: Any) -> Any:
+        n = next(self._ids)
+        self.armed[n] = (delay, fn, args)
+        return SimpleNamespace(cancel=lambda: self.armed.pop(n, None))
+
+    def fire(self) -> list[float]:
+        """Run every armed timer once; the delays they were armed with."""
+        due, self.armed = self.armed, {}
+        for _delay, fn, args in due.values():
+            fn(*args)
+        return [d for d, _, _ in due.values()]
+
+
 @pytest.fixture
-def listener() -> KafkaListener:
+def timers() -> Timers:
+    return Timers()
+
+
+@pytest.fixture
+def listener(timers: Timers) -> KafkaListener:
     server = SimpleNamespace(config=SimpleNamespace(kafka_listener=KafkaListenerConfig(port=0)),
-                             token_secret=None)  # fmt: skip
-    return KafkaListener(server)  # type: ignore[arg-type]
+                             token_secret=None, draining=False)  # fmt: skip
+    out = KafkaListener(server)  # type: ignore[arg-type]
+    out._call_later = timers.call_later  # type: ignore[method-assign]
+    return out
 
 
 def test_sealed_once_every_partition_waits(listener: KafkaListener) -> None:
@@ -72,14 +100,14 @@ def test_an_answered_flow_may_send_again_so_the_batch_stays_open(listener: Kafka
 
 
 def test_a_flow_that_pipelines_never_seals_early(listener: KafkaListener) -> None:
-    proc = Proc()
+    proc, batch = Proc(), FakeBatch(seq=1, builder=SimpleNamespace(size=100))
     listener.flow_sent("t", 1, 0, waits=True)
     flow = listener.flow_sent("t", 1, 0, waits=True)  # a second one before the answer
     assert flow.pipelines and flow.outstanding == 2
-    listener.seal_if_stalled("t", proc, object())  # type: ignore[arg-type]
+    listener.seal_if_stalled("t", proc, batch)  # type: ignore[arg-type]
     flow.outstanding = 1
-    listener.seal_if_stalled("t", proc, object())  # type: ignore[arg-type]
-    assert proc.sealed == []
+    listener.seal_if_stalled("t", proc, batch)  # type: ignore[arg-type]
+    assert proc.sealed == []  # (not early: only once no request came for a while, "quiet")
     ack1 = listener.flow_sent("u", 1, 0, waits=False)  # acks 0/1: never waits
     assert ack1.pipelines and ack1.outstanding == 0
 
@@ -238,3 +266,102 @@ def test_a_flow_is_idle_from_its_last_answer_not_its_last_send(
     now[0] += kl._FLOW_IDLE_S + 0.1
     listener.seal_if_stalled("t", proc, "b")  # type: ignore[arg-type]
     assert proc.sealed == [("b", "waiting")]  # (idle now: every recent flow waits)
+
+
+def test_a_connection_that_pipelines_seals_once_it_is_at_its_in_flight_limit(
+    listener: KafkaListener,
+) -> None:
+    """Kafka's Java producer (idempotent, its default) pipelines: it sends a partition's
+    next request before the last one is answered. With 5 unanswered it can send nothing
+    more, so the batch is sealed then ("waiting"), not at batch.ms (it was: the Java
+    client's first benchmark ran at 4 MB/s, one ack round per batch.ms)."""
+    proc = Proc()
+    b0, b1, b2 = (FakeBatch(seq=i, builder=SimpleNamespace(size=64 << 10)) for i in range(3))
+    for i in range(5):  # five requests, each with partitions 0-3
+        for p in range(4):
+            listener.flow_sent("t", 1, p, waits=True)
+        listener.connection_blocked(1, i == 4, True)  # the fifth unanswered: at the limit
+        listener.seal_if_stalled("t", proc, b0 if i == 0 else b1)  # type: ignore[arg-type]
+        # (the first request alone: every flow waits and none pipelined yet)
+        assert proc.sealed == [(b0, "waiting")] + ([(b1, "waiting")] if i == 4 else [])
+    # Without idempotence there is no limit of 5: it may send more, so the batch waits.
+    other = Proc()
+    for _ in range(6):
+        listener.flow_sent("u", 2, 0, waits=True)
+        listener.connection_blocked(2, False, False)
+        listener.seal_if_stalled("u", other, b2)  # type: ignore[arg-type]
+    assert other.sealed == [(b2, "waiting")]  # (only the first request, alone)
+
+
+def test_the_first_request_alone_seals_at_once_as_before(listener: KafkaListener) -> None:
+    proc = Proc()
+    listener.flow_sent("t", 1, 0, waits=True)
+    listener.seal_if_stalled("t", proc, "b")  # type: ignore[arg-type]
+    assert proc.sealed == [("b", "waiting")]
+
+
+def test_every_flow_waiting_and_no_request_for_a_moment_seals_the_batch_quiet(
+    listener: KafkaListener, timers: Timers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A producer that pipelines but has nothing more to send (its last records, or a
+    low rate), every request waiting for this batch: sealed ("quiet") once no request
+    came for _QUIET_S, instead of at batch.ms."""
+    now = [1000.0]
+    monkeypatch.setattr(kl.time, "monotonic", lambda: now[0])
+    proc, batch = Proc(), FakeBatch(seq=1, builder=SimpleNamespace(size=100))
+    listener.flow_sent("t", 1, 0, waits=True)
+    listener.flow_sent("t", 1, 0, waits=True)  # pipelined: it may send more
+    listener.seal_if_stalled("t", proc, batch)  # type: ignore[arg-type]
+    assert proc.sealed == [] and len(timers.armed) == 1
+    now[0] += kl._QUIET_S / 2
+    listener.flow_sent("t", 1, 0, waits=True)  # another request: the quiet starts again
+    listener.seal_if_stalled("t", proc, batch)  # type: ignore[arg-type]
+    assert len(timers.armed) == 1  # (re-armed, not a second timer)
+    now[0] += kl._QUIET_S
+    assert timers.fire() == [kl._QUIET_S]
+    assert proc.sealed == [(batch, "quiet")]
+
+
+def test_the_quiet_timer_seals_nothing_a_producer_may_still_add_to(
+    listener: KafkaListener, timers: Timers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    now = [1000.0]
+    monkeypatch.setattr(kl.time, "monotonic", lambda: now[0])
+    proc, batch = Proc(), FakeBatch(seq=1, builder=SimpleNamespace(size=100))
+    flow = listener.flow_sent("t", 1, 0, waits=True)
+    listener.flow_sent("t", 1, 0, waits=True)
+    listener.seal_if_stalled("t", proc, batch)  # type: ignore[arg-type]
+    flow.outstanding = 0  # answered: the producer may send again at once
+    listener.flow_sent("t", 2, 0, waits=False)  # (and an acks=1 flow: it never waits)
+    now[0] += kl._QUIET_S
+    timers.fire()
+    assert proc.sealed == [] and timers.armed == {}
+    # A request meanwhile that did not arm the timer (an acks=1 one): the quiet is
+    # counted from it.
+    listener.forget_flows(2)
+    flow.outstanding = 1
+    listener.seal_if_stalled("t", proc, batch)  # type: ignore[arg-type]
+    now[0] += kl._QUIET_S / 2
+    listener._last_sent["t"] = now[0]
+    now[0] += kl._QUIET_S / 2
+    assert timers.fire() == [kl._QUIET_S]
+    assert proc.sealed == [] and len(timers.armed) == 1  # re-armed for the rest
+    now[0] += kl._QUIET_S / 2
+    listener.server.draining = True  # type: ignore[misc]  # shutting down: left to the drain
+    timers.fire()
+    assert proc.sealed == []
+    listener.server.draining = False  # type: ignore[misc]
+    listener.seal_if_stalled("t", Proc(in_flight=3, ring_size=4), batch)  # type: ignore[arg-type]
+    assert timers.armed == {}  # a full ring: nothing sealed early, no timer either
+
+
+def test_a_flow_that_wrote_with_acks_1_never_looks_quiet(
+    listener: KafkaListener, timers: Timers
+) -> None:
+    """A connection that wrote a partition with acks=1 does not wait for answers: it may
+    send more at any time, so its acks=-1 request waits for batch.ms."""
+    proc, batch = Proc(), FakeBatch(seq=1, builder=SimpleNamespace(size=100))
+    listener.flow_sent("t", 1, 0, waits=False)
+    listener.flow_sent("t", 1, 0, waits=True)
+    listener.seal_if_stalled("t", proc, batch)  # type: ignore[arg-type]
+    assert proc.sealed == [] and timers.armed == {}
