@@ -40,7 +40,8 @@ from memq.broker.kafka_codec import (
 )
 from memq.broker.kafka_stream import KafkaStream
 from memq.errors import AuthenticationError, MemqError, MessageTooLargeError
-from memq.formats.block import decode_block_header
+from memq.formats.block import BLOCK_FRAME, decode_block_header, record_size
+from memq.formats.compression import Compression
 from memq.security import peer_principal, verify_token
 
 __all__ = ["MAX_IN_FLIGHT", "KafkaConnection"]
@@ -86,12 +87,26 @@ def _compressed(data: bytes) -> bool:
 
 
 def _to_block(
-    data: bytes, fallback: tuple[int, int], partition: int, crc: bool = False
+    data: bytes,
+    fallback: tuple[int, int],
+    partition: int,
+    crc: bool = False,
+    block_limit: int | None = None,
 ) -> tuple[bytes, int, Any, int]:
     """(block, record count, (block id, transactional, idempotent), content CRC) of one
     partition's record set; the CRC of its payload (audit records) only with ``crc``,
-    else 0."""
+    else 0. A record over ``block_limit`` less the framing is MessageTooLargeError, as
+    from the producer and HTTP: checked one by one only when the set is compressed (an
+    uncompressed block within the limit holds no larger record)."""
     recs = decode_records(data)
+    if block_limit is not None and recs.compression != Compression.NONE:
+        for i, (_, k, v, h) in enumerate(recs.records):
+            if (size := record_size(k, v, h)) + BLOCK_FRAME > block_limit:
+                raise MessageTooLargeError(
+                    f"record {i} of {size} bytes is over the largest record this topic "
+                    f"takes: {block_limit - BLOCK_FRAME} bytes of key, value and headers "
+                    f"(its max_block_bytes {block_limit} less {BLOCK_FRAME} of block framing)"
+                )
     if recs.producer_id >= 0:  # idempotent: retries keep (pid, epoch, base sequence)
         bid = (
             recs.producer_id,
@@ -473,9 +488,18 @@ class KafkaConnection(KafkaStream):
             fallback = (self._pid, next(self._seq))
             audit = server.audit
             if len(data) <= INLINE_TRANSCODE_BYTES and not _compressed(data):
-                made = _to_block(data, fallback, partition, audit is not None)
+                made = _to_block(
+                    data, fallback, partition, audit is not None, proc.config.block_limit
+                )
             else:
-                work = functools.partial(_to_block, data, fallback, partition, audit is not None)
+                work = functools.partial(
+                    _to_block,
+                    data,
+                    fallback,
+                    partition,
+                    audit is not None,
+                    proc.config.block_limit,
+                )
                 made = await asyncio.get_running_loop().run_in_executor(None, work)
             block, count, (bid, txn, idempotent), content_crc = made
             if idempotent and not self._idempotent:

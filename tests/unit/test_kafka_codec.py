@@ -279,3 +279,23 @@ def test_an_oauthbearer_response_gives_its_token_and_authzid(
 def test_a_malformed_oauthbearer_response_is_refused(message: bytes) -> None:
     with pytest.raises(AuthenticationError, match="OAUTHBEARER"):
         _bearer(message)
+
+
+def test_the_kafka_port_takes_the_same_largest_record_as_every_way_in() -> None:
+    """A compressed record set can hide a record over the topic's limit in a small block:
+    it is refused as the producer and HTTP refuse it (the limit counts before compression)."""
+    from memq.broker.kafka_connection import _to_block
+    from memq.errors import MessageTooLargeError
+
+    def one(value: bytes, codec: int) -> bytes:
+        b = DefaultRecordBatchBuilder(magic=2, compression_type=codec, is_transactional=0,
+                                      producer_id=-1, producer_epoch=-1, base_sequence=-1,
+                                      batch_size=1 << 24)  # fmt: skip
+        b.append(0, timestamp=1_763_790_000_000, key=None, value=value, headers=[])
+        return bytes(b.build())
+
+    limit = 64 * 1024
+    with pytest.raises(MessageTooLargeError, match="largest record this topic takes: 65456"):
+        _to_block(one(b"z" * 100_000, 1), (1, 0), 0, block_limit=limit)  # (gzip: ~100 bytes)
+    block, n, _, _ = _to_block(one(b"z" * 60_000, 1), (1, 0), 0, block_limit=limit)
+    assert n == 1 and len(block) < limit
