@@ -164,8 +164,10 @@ def _exit_reason(proc: subprocess.Popen[bytes]) -> str | None:
 
 
 def port_taken(port: int) -> bool:
-    """Whether a local server already holds ``port`` on 127.0.0.1."""
+    """Whether a local server already holds ``port`` on 127.0.0.1 (connections of a
+    server just stopped, in TIME_WAIT, do not count: a restart takes its port again)."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((HOST, port))
         except OSError:
