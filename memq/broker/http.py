@@ -38,7 +38,7 @@ from memq.errors import (
     NotWriterError,
     status_for_error,
 )
-from memq.formats.block import BLOCK_FRAME, Record, decode_block_header, record_size
+from memq.formats.block import check_records_fit, decode_block_header
 from memq.formats.compression import Compression
 from memq.formats.keys import validate_name
 from memq.protocol import Ack, ClusterMetadata, WriteAck, decode_msg, parse_ack
@@ -216,7 +216,7 @@ def _app(server: HttpHost) -> web.Application:
                 body, req.headers.get("Content-Encoding"), server.config.max_frame_bytes
             )
             records = parse_records(body, req.content_type)
-            _check_record_sizes(records, topic, proc.config.block_limit)
+            check_records_fit(records, proc.config.block_limit, f"topic {topic!r}")
             key = req.headers.get("Idempotency-Key")
             fingerprint = None
             if key is not None:
@@ -322,15 +322,3 @@ async def start_http(server: HttpHost, host: str, port: int) -> tuple[web.AppRun
     await site.start()
     bound = runner.addresses[0][1] if runner.addresses else port
     return runner, int(bound)
-
-
-def _check_record_sizes(records: list[Record], topic: str, block_limit: int) -> None:
-    """The largest record is the same on every way in (the producer's, the Kafka port's):
-    what fits a block of the topic's max_block_bytes alone, counted before compression."""
-    for i, (_, k, v, h) in enumerate(records):
-        if (size := record_size(k, v, h)) + BLOCK_FRAME > block_limit:
-            raise MessageTooLargeError(
-                f"record {i} of {size} bytes is over the largest record topic {topic!r} "
-                f"takes: {block_limit - BLOCK_FRAME} bytes of key, value and headers (its "
-                f"max_block_bytes {block_limit} less {BLOCK_FRAME} of block framing)"
-            )

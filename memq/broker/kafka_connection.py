@@ -40,7 +40,7 @@ from memq.broker.kafka_codec import (
 )
 from memq.broker.kafka_stream import KafkaStream
 from memq.errors import AuthenticationError, MemqError, MessageTooLargeError
-from memq.formats.block import BLOCK_FRAME, decode_block_header, record_size
+from memq.formats.block import check_records_fit, decode_block_header
 from memq.formats.compression import Compression
 from memq.security import peer_principal, verify_token
 
@@ -100,13 +100,7 @@ def _to_block(
     uncompressed block within the limit holds no larger record)."""
     recs = decode_records(data)
     if block_limit is not None and recs.compression != Compression.NONE:
-        for i, (_, k, v, h) in enumerate(recs.records):
-            if (size := record_size(k, v, h)) + BLOCK_FRAME > block_limit:
-                raise MessageTooLargeError(
-                    f"record {i} of {size} bytes is over the largest record this topic "
-                    f"takes: {block_limit - BLOCK_FRAME} bytes of key, value and headers "
-                    f"(its max_block_bytes {block_limit} less {BLOCK_FRAME} of block framing)"
-                )
+        check_records_fit(recs.records, block_limit, "this topic")
     if recs.producer_id >= 0:  # idempotent: retries keep (pid, epoch, base sequence)
         bid = (
             recs.producer_id,

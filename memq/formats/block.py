@@ -38,7 +38,13 @@ from typing import Any
 
 import msgpack
 
-from memq.errors import BadMagicError, ChecksumError, MalformedError, TruncatedError
+from memq.errors import (
+    BadMagicError,
+    ChecksumError,
+    MalformedError,
+    MessageTooLargeError,
+    TruncatedError,
+)
 from memq.errors import UnsupportedVersionError as _UnsupportedVersion
 from memq.formats.columnar import BinaryColumn, header_pairs_ok, join_columns, split_columns
 from memq.formats.compression import Compression, compress, decompress
@@ -59,6 +65,7 @@ __all__ = [
     "BlockHeader",
     "Header",
     "Record",
+    "check_records_fit",
     "decode_block",
     "decode_block_header",
     "decode_columns",
@@ -68,6 +75,7 @@ __all__ = [
     "encode_block_parts",
     "encode_block_with_crc",
     "record_size",
+    "record_too_large",
     "verify_block",
 ]
 
@@ -109,6 +117,24 @@ def record_size(key: bytes | None, value: bytes, headers: tuple[Header, ...] | N
         # Names are str: count their UTF-8 bytes, not characters.
         n += sum(len(h[0].encode()) + (len(h[1]) if h[1] is not None else 0) + 12 for h in headers)
     return n
+
+
+def record_too_large(size: int, block_limit: int, what: str, whose: str) -> MessageTooLargeError:
+    """The one error for a record over the largest a topic takes (its max_block_bytes less
+    the block framing, before compression), whichever way it came in: ``what`` names the
+    record ("a record", "record 3"), ``whose`` the topic ("topic 't'", "this topic")."""
+    return MessageTooLargeError(
+        f"{what} of {size} bytes is over the largest record {whose} takes: "
+        f"{block_limit - BLOCK_FRAME} bytes of key, value and headers (its max_block_bytes "
+        f"{block_limit} less {BLOCK_FRAME} of block framing)"
+    )
+
+
+def check_records_fit(records: Sequence[Record], block_limit: int, whose: str) -> None:
+    """:func:`record_too_large` for the first record of ``records`` over the limit."""
+    for i, (_, k, v, h) in enumerate(records):
+        if (size := record_size(k, v, h)) + BLOCK_FRAME > block_limit:
+            raise record_too_large(size, block_limit, f"record {i}", whose)
 
 
 @dataclass(frozen=True, slots=True)

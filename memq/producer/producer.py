@@ -26,7 +26,7 @@ from memq.audit.client import ClientAudit
 from memq.client.bootstrap import resolve_client
 from memq.client.stats import StatsCollector, split_stats_cb, stats_ticker
 from memq.config.base import check_timeout
-from memq.errors import ClientClosedError, ConfigError, MemqError, MessageTooLargeError
+from memq.errors import ClientClosedError, ConfigError, MemqError
 from memq.formats.block import (
     BLOCK_FRAME,
     INT64_MAX,
@@ -34,6 +34,7 @@ from memq.formats.block import (
     RECORD_OVERHEAD,
     Header,
     record_size,
+    record_too_large,
 )
 from memq.formats.keys import validate_name
 from memq.producer.accumulator import OpenBlock, SealedBlock
@@ -251,11 +252,7 @@ class Producer(BlockFilling):
         MessageTooLargeError, naming the largest record the topic takes."""
         most = self._record_limits.get(topic, limit)
         if size + BLOCK_FRAME > most:
-            raise MessageTooLargeError(
-                f"a record of {size} bytes is over the largest record topic {topic!r} takes: "
-                f"{most - BLOCK_FRAME} bytes of key, value and headers (its max_block_bytes "
-                f"{most} less {BLOCK_FRAME} of block framing)"
-            )
+            raise record_too_large(size, most, "a record", f"topic {topic!r}")
         return size + BLOCK_FRAME
 
     def produce(
